@@ -1,0 +1,56 @@
+"""`edgekd profile`: time a model on a device with the agent, at batch 1."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from edgekd.devices.base import load_device
+from edgekd.errors import EdgeKDError
+from edgekd.students import STUDENT_FILE
+
+
+def tokenizer_info(model: Path) -> dict[str, Any] | None:
+    """Tokenizer file, max length, special tokens and vocab size from files beside `model`."""
+    folder = model.parent
+    if not (folder / "tokenizer.json").is_file():
+        return None
+    if (folder / STUDENT_FILE).is_file():
+        meta = json.loads((folder / STUDENT_FILE).read_text())
+        return {"tokenizer": folder / "tokenizer.json", "max_length": meta["max_length"],
+                "special": meta.get("add_special_tokens", False),
+                "vocab_size": meta["vocab_size"]}
+    if (folder / "config.json").is_file():
+        config = json.loads((folder / "config.json").read_text())
+        return {"tokenizer": folder / "tokenizer.json", "max_length": 128, "special": True,
+                "vocab_size": config.get("vocab_size", 1000)}
+    return None
+
+
+def profile_model(model: str | Path, device: str = "local-cpu", threads: int | None = None,
+                  runs: int = 200, warmup: int = 20, seq_len: int = 64,
+                  texts: list[str] | None = None) -> dict[str, Any]:
+    """Run the agent on `device`; with `texts`, also time tokenize+infer end to end."""
+    model = Path(model)
+    if not model.is_file():
+        raise EdgeKDError(f"{model} does not exist; pass an .onnx file from `edgekd export`")
+    dev = load_device(device)
+    threads = threads or dev.spec.threads
+    info = tokenizer_info(model)
+    args = ["--threads", str(threads), "--runs", str(runs), "--warmup", str(warmup),
+            "--seq-len", str(seq_len),
+            "--vocab-size", str(info["vocab_size"] if info else 1000)]
+    with tempfile.TemporaryDirectory() as tmp:
+        files: dict[str, Path] = {}
+        if texts and info:
+            files = {"texts": Path(tmp) / "texts.txt", "tokenizer": info["tokenizer"]}
+            files["texts"].write_text("\n".join(t.replace("\n", " ") for t in texts) + "\n",
+                                      encoding="utf-8")
+            args += ["--max-length", str(info["max_length"])]
+            if info["special"]:
+                args.append("--special-tokens")
+        result = dev.run_agent(model, args, files)
+    result["device"] = dev.spec.name
+    return result

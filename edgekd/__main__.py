@@ -1,0 +1,3 @@
+from edgekd.cli import app
+
+app(prog_name="edgekd")

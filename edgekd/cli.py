@@ -1,0 +1,345 @@
+"""The `edgekd` command line.
+
+Start-up stays fast: torch, transformers and onnxruntime are imported only inside
+the command that needs them (a test guards that `edgekd --help` imports none).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+from edgekd.errors import EdgeKDError
+
+app = typer.Typer(
+    help="Distil a text classifier into an edge model, export it, profile it, check budgets.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(fn: F) -> F:
+    """Print an `EdgeKDError` as one line on stderr and exit with its code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except EdgeKDError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(e.exit_code) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_options(pairs: list[str] | None) -> dict[str, Any]:
+    """`key=value` pairs; values are read as YAML scalars (`300`, `true`, `word`)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise EdgeKDError(f"--student-option {pair!r} is not key=value; e.g. hidden_size=150")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def data_overrides(data: str | None, text_column: str | None, label_column: str | None,
+                   max_train: int | None, max_dev: int | None, seed: int | None
+                   ) -> dict[str, Any]:
+    return {"spec": data, "text_column": text_column, "label_column": label_column,
+            "max_train": max_train, "max_dev": max_dev, "seed": seed}
+
+
+def with_data(cfg: Any, **fields: Any) -> Any:
+    from edgekd.config import override
+
+    return override(cfg, data=override(cfg.data, **fields))
+
+
+# Options shared by commands that read data.
+DATA = typer.Option(None, "--data", help="HF dataset (glue/sst2) or local file/folder.")
+TEXT_COL = typer.Option(None, "--text-column", help="Text column (auto-detected).")
+LABEL_COL = typer.Option(None, "--label-column", help="Label column (auto-detected).")
+MAX_TRAIN = typer.Option(None, "--max-train", help="Random subsample of training rows.")
+MAX_DEV = typer.Option(None, "--max-dev", help="Random subsample of dev rows.")
+CONFIG = typer.Option(None, "--config", help="YAML config; options given here override it.")
+
+
+@app.command()
+@user_errors
+def teacher(
+    out: Path = typer.Option(..., "--out", help="Folder for the fine-tuned HF classifier."),
+    base: str | None = typer.Option(None, help="HF id or folder (default: packaged MiniLM)."),
+    data: str | None = DATA,
+    text_column: str | None = TEXT_COL,
+    label_column: str | None = LABEL_COL,
+    max_train: int | None = MAX_TRAIN,
+    max_dev: int | None = MAX_DEV,
+    epochs: float | None = typer.Option(None, help="Passes over the training rows."),
+    lr: float | None = typer.Option(None, help="AdamW learning rate."),
+    batch_size: int | None = typer.Option(None, help="Rows per step."),
+    max_length: int | None = typer.Option(None, help="Tokens per text."),
+    seed: int | None = typer.Option(None),
+    config: Path | None = CONFIG,
+) -> None:
+    """Fine-tune a BERT-style encoder into a teacher classifier."""
+    from edgekd.config import TeacherConfig, load_yaml, override, save_config, validate
+    from edgekd.data import load_task
+    from edgekd.io import atomic_dir, write_json
+    from edgekd.teacher import finetune
+
+    cfg = validate(TeacherConfig, load_yaml(config), str(config)) if config else TeacherConfig()
+    cfg = override(cfg, base=base, epochs=epochs, lr=lr, batch_size=batch_size,
+                   max_length=max_length, seed=seed)
+    cfg = with_data(cfg, **data_overrides(data, text_column, label_column, max_train, max_dev,
+                                          seed))
+    task = load_task(cfg.data)
+    with atomic_dir(out) as tmp:
+        metrics = finetune(cfg, task, tmp)
+        save_config(cfg, tmp / "config.yaml")
+        write_json(tmp / "metrics.json", metrics)
+    typer.echo(f"teacher: dev accuracy {metrics['dev_accuracy']:.4f} → {out}")
+
+
+@app.command()
+@user_errors
+def distill(
+    teacher: str | None = typer.Option(None, "--teacher", help="Fine-tuned HF classifier."),
+    out: Path = typer.Option(..., "--out", help="Folder for the student."),
+    data: str | None = DATA,
+    student: str | None = typer.Option(None, "--student", help="Student kind (bilstm)."),
+    student_option: list[str] | None = typer.Option(
+        None, "--student-option", "-s", help="Student config field, key=value (repeatable)."),
+    loss: str | None = typer.Option(None, help="mse (Tang et al.) or kd (Hinton)."),
+    temperature: float | None = typer.Option(None, help="Softmax temperature for kd."),
+    ce_weight: float | None = typer.Option(None, help="Weight of gold-label CE, 0..1."),
+    epochs: int | None = typer.Option(None),
+    batch_size: int | None = typer.Option(None),
+    lr: float | None = typer.Option(None),
+    patience: int | None = typer.Option(None, help="Epochs without dev gain before stopping."),
+    text_column: str | None = TEXT_COL,
+    label_column: str | None = LABEL_COL,
+    max_train: int | None = MAX_TRAIN,
+    max_dev: int | None = MAX_DEV,
+    cache_dir: str | None = typer.Option(None, help="Teacher-logit cache folder."),
+    seed: int | None = typer.Option(None),
+    config: Path | None = CONFIG,
+) -> None:
+    """Distil a teacher into a small student (BiLSTM)."""
+    from edgekd.config import DistillConfig, load_yaml, override, validate
+
+    raw = load_yaml(config) if config else {}
+    if teacher:
+        raw = {**(raw or {}), "teacher": teacher}
+    if not (raw or {}).get("teacher"):
+        raise EdgeKDError("no teacher given; pass --teacher DIR_OR_ID (see `edgekd teacher`)")
+    cfg = validate(DistillConfig, raw, str(config or "options"))
+    options = {**cfg.student_options, **parse_options(student_option)}
+    cfg = override(cfg, student=student, student_options=options, loss=loss,
+                   temperature=temperature, ce_weight=ce_weight, epochs=epochs,
+                   batch_size=batch_size, lr=lr, patience=patience, cache_dir=cache_dir,
+                   seed=seed)
+    cfg = with_data(cfg, **data_overrides(data, text_column, label_column, max_train, max_dev,
+                                          seed))
+    from edgekd.distill.trainer import run_distill
+
+    m = run_distill(cfg, out)
+    typer.echo(f"student: accuracy {m['student_accuracy']:.4f} (teacher "
+               f"{m['teacher_accuracy']:.4f}, agreement {m['agreement']:.4f}, "
+               f"{m['params']:,} params) → {out}")
+
+
+@app.command("eval")
+@user_errors
+def eval_(
+    model: str = typer.Argument(..., help="HF classifier, student folder, or .onnx file."),
+    data: str = typer.Option(..., "--data", help="HF dataset or local file/folder."),
+    text_column: str | None = TEXT_COL,
+    label_column: str | None = LABEL_COL,
+    max_dev: int | None = MAX_DEV,
+    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON."),
+) -> None:
+    """Score a teacher, a student or an ONNX model on the dev split."""
+    from edgekd.config import DataConfig
+    from edgekd.data import load_task
+    from edgekd.io import write_json
+    from edgekd.predict import load_predictor, score
+    from edgekd.teacher import align_labels
+
+    task = load_task(DataConfig(spec=data, text_column=text_column, label_column=label_column,
+                                max_dev=max_dev))
+    predictor = load_predictor(model)
+    task = align_labels(task, predictor.label_names)
+    result = score(predictor, task.dev.texts, task.dev.labels)
+    result.pop("predictions")
+    result["model"] = model
+    if json_out:
+        write_json(json_out, result)
+    typer.echo(f"{model}: accuracy {result['accuracy']:.4f} on {result['n']} dev rows")
+
+
+@app.command()
+@user_errors
+def export(
+    student_dir: Path = typer.Argument(..., help="Student folder from `edgekd distill`."),
+    out: Path = typer.Option(..., "--out", help="Folder for the ONNX models."),
+    int8: bool = typer.Option(False, "--int8", help="Also write a dynamic int8 model."),
+    data: str | None = typer.Option(None, "--data", help="Re-score on this data's dev split "
+                                    "(default: the data the student was distilled on)."),
+    atol: float | None = typer.Option(None, help="Max |ONNX − PyTorch| logit difference."),
+    opset: int | None = typer.Option(None),
+) -> None:
+    """Export a student to ONNX (validated against PyTorch), optionally int8."""
+    from edgekd.config import ExportConfig, override
+    from edgekd.exporters.run import run_export, student_data_config
+
+    cfg = override(ExportConfig(), int8=int8, atol=atol, opset=opset)
+    data_cfg = student_data_config(student_dir) if student_dir.is_dir() else None
+    if data:
+        from edgekd.config import DataConfig
+
+        data_cfg = override(data_cfg or DataConfig(), spec=data)
+    r = run_export(student_dir, out, cfg, data_cfg)
+    for name, m in r["models"].items():
+        typer.echo(f"{name}: {m['path']} {m['bytes']:,} B, accuracy {m['accuracy']:.4f}, "
+                   f"agreement with PyTorch {m['agreement']:.4f}")
+    typer.echo(f"validated at atol {r['atol']:.0e} (max diff "
+               f"{r['models']['fp32']['max_abs_diff']:.1e}) → {out}")
+
+
+@app.command()
+@user_errors
+def profile(
+    model: Path = typer.Argument(..., help="ONNX file."),
+    device: str = typer.Option("local-cpu", help="Device name or YAML spec path."),
+    threads: int | None = typer.Option(None, help="Intra-op threads (default: the device's)."),
+    runs: int = typer.Option(200, help="Timed runs after warm-up."),
+    warmup: int = typer.Option(20, help="Untimed runs first."),
+    seq_len: int = typer.Option(64, help="Tokens per synthetic input."),
+    data: str | None = typer.Option(None, "--data", help="Dev texts for end-to-end timing."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON."),
+) -> None:
+    """Latency percentiles, load time, memory and size at batch 1 on onnxruntime."""
+    from edgekd.devices.profile import profile_model
+    from edgekd.io import write_json
+
+    texts = None
+    if data:
+        from edgekd.config import DataConfig
+        from edgekd.data import load_task
+
+        texts = load_task(DataConfig(spec=data)).dev.texts
+    r = profile_model(model, device, threads, runs, warmup, seq_len, texts)
+    print_profile(r)
+    if json_out:
+        write_json(json_out, r)
+
+
+def print_profile(r: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{Path(r['model']).name} on {r['device']} ({r['cpu']}), "
+                        f"{r['threads']} thread(s), batch 1, seq {r['seq_len']}")
+    for col in ("", "p50 ms", "p90 ms", "p99 ms", "mean ms", "per s"):
+        table.add_column(col, justify="right")
+    rows = [("infer", r)]
+    if "end_to_end" in r:
+        rows.append(("tokenize+infer", r["end_to_end"]))
+    for name, m in rows:
+        table.add_row(name, *(f"{m[k]:.3f}" for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")),
+                      f"{m['throughput_per_s']:.0f}")
+    Console().print(table)
+    typer.echo(f"load {r['load_ms']:.1f} ms, peak RSS {r['peak_rss_mb']:.1f} MB, "
+               f"file {r['bytes']:,} B, onnxruntime {r['onnxruntime']}")
+
+
+@app.command()
+@user_errors
+def check(
+    artifacts: list[Path] = typer.Argument(..., help="Artifact folders (export, profiles)."),
+    budget: Path = typer.Option(..., "--budget", help="Budget YAML."),
+    json_out: str | None = typer.Option(None, "--json", help="Write results as JSON ('-': "
+                                        "stdout)."),
+) -> None:
+    """Check measured metrics against a budget: exit 0 if all hold, 1 if any fails."""
+    from edgekd.budget import collect_metrics, evaluate, load_budget
+
+    b = load_budget(budget)
+    results = evaluate(b, collect_metrics(artifacts, b))
+    failed = [r for r in results if not r.passed]
+    payload = {"budget": str(budget), "model": b.model, "passed": not failed,
+               "limits": [r.to_dict() for r in results]}
+    if json_out == "-":
+        typer.echo(json.dumps(payload, indent=2))
+    else:
+        print_check(results, b.model)
+        if json_out:
+            from edgekd.io import write_json
+
+            write_json(json_out, payload)
+    raise typer.Exit(1 if failed else 0)
+
+
+def print_check(results: list[Any], model: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"budget check ({model} model)")
+    for col in ("limit", "threshold", "measured", "status"):
+        table.add_column(col)
+    for r in results:
+        measured = "—" if r.measured is None else f"{r.measured:,.4g} {r.unit}".strip()
+        style = "green" if r.passed else "bold red"
+        table.add_row(r.limit, f"{r.op} {r.threshold:,.4g} {r.unit}".strip(), measured,
+                      f"[{style}]{r.status}[/]")
+    Console().print(table)
+
+
+@app.command()
+@user_errors
+def devices() -> None:
+    """List the packaged device specs."""
+    from edgekd.devices.base import load_spec, packaged_devices
+
+    for name in packaged_devices():
+        spec = load_spec(name)
+        typer.echo(f"{name}: runner={spec.runner} threads={spec.threads} — {spec.description}")
+
+
+@app.command()
+@user_errors
+def quickstart(
+    data: str = typer.Option("glue/sst2", "--data", help="HF dataset or local copy."),
+    teacher: str | None = typer.Option(
+        None, "--teacher", help="Fine-tuned classifier; default: fine-tune the packaged MiniLM."),
+    out: Path = typer.Option(Path("runs/quickstart"), "--out", help="Folder for every stage."),
+    max_train: int = typer.Option(20_000, help="Training rows for the student."),
+    teacher_max_train: int = typer.Option(4_000, help="Rows to fine-tune a teacher on."),
+    epochs: int = typer.Option(4, help="Student epochs."),
+    seed: int = typer.Option(0),
+) -> None:
+    """Teacher → BiLSTM → int8 ONNX → profile → check, ending in one table."""
+    from edgekd.quickstart import run_quickstart
+
+    code = run_quickstart(data, teacher, out, max_train, teacher_max_train, epochs, seed)
+    raise typer.Exit(code)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app(prog_name="edgekd")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

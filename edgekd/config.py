@@ -1,0 +1,123 @@
+"""Every knob as data: pydantic models, loaded from YAML with `safe_load`.
+
+CLI options override fields (`override`); the resolved config is written beside
+each artifact (`save_config`) so any result can be reproduced from it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from edgekd.errors import EdgeKDError
+
+DEFAULT_BASE = "packaged:all-MiniLM-L6-v2"
+
+
+class StrictModel(BaseModel):
+    # Unknown keys are errors: a typo in a YAML file must not be silently ignored.
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class DataConfig(StrictModel):
+    spec: str = Field(
+        "glue/sst2",
+        description="Hugging Face dataset (`name[/config]`) or a local file/folder (TSV, CSV, JSONL).",
+    )
+    text_column: str | None = Field(None, description="Text column; auto-detected when unset.")
+    label_column: str | None = Field(None, description="Label column; auto-detected when unset.")
+    train_split: str = Field("train", description="Split name or file stem for training rows.")
+    dev_split: str | None = Field(
+        None, description="Split for evaluation; `dev`, `validation` or `valid` when unset."
+    )
+    max_train: int | None = Field(None, ge=1, description="Random subsample of training rows.")
+    max_dev: int | None = Field(None, ge=1, description="Random subsample of dev rows.")
+    seed: int = Field(0, description="Seed for subsampling and for a held-out dev split.")
+
+
+class TeacherConfig(StrictModel):
+    base: str = Field(DEFAULT_BASE, description="HF id or folder of the encoder to fine-tune.")
+    data: DataConfig = Field(default_factory=DataConfig)
+    epochs: float = Field(2.0, gt=0, description="Passes over the training rows.")
+    lr: float = Field(5e-5, gt=0, description="AdamW peak learning rate.")
+    weight_decay: float = Field(0.01, ge=0)
+    warmup_ratio: float = Field(0.06, ge=0, lt=1, description="Linear warm-up share of steps.")
+    batch_size: int = Field(32, ge=1)
+    max_length: int = Field(64, ge=8, description="Tokens per example (truncated).")
+    eval_every: int = Field(300, ge=1, description="Steps between dev evaluations.")
+    seed: int = 0
+
+
+class DistillConfig(StrictModel):
+    teacher: str = Field(..., description="HF id or folder of a fine-tuned classifier.")
+    data: DataConfig = Field(default_factory=DataConfig)
+    student: str = Field("bilstm", description="Registered student name.")
+    student_options: dict[str, Any] = Field(
+        default_factory=dict, description="Fields of the student's own config class."
+    )
+    loss: str = Field("mse", description="Registered loss: `mse` (Tang et al.) or `kd` (Hinton).")
+    temperature: float = Field(1.0, gt=0, description="Softmax temperature T for `kd`.")
+    ce_weight: float = Field(
+        0.0, ge=0, le=1, description="Weight of cross-entropy on gold labels (α·CE)."
+    )
+    epochs: int = Field(10, ge=1)
+    batch_size: int = Field(50, ge=1, description="Tang et al. used 50.")
+    lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(5.0, gt=0, description="Max global gradient norm.")
+    patience: int = Field(3, ge=1, description="Epochs without dev gain before stopping.")
+    teacher_batch_size: int = Field(64, ge=1)
+    teacher_max_length: int = Field(128, ge=8, description="Teacher tokens per example.")
+    cache_dir: str | None = Field(None, description="Teacher-logit cache; ~/.cache/edgekd.")
+    seed: int = 0
+
+
+class ExportConfig(StrictModel):
+    opset: int = Field(17, ge=13)
+    int8: bool = Field(True, description="Also write a dynamic int8 model.")
+    quantizer: str = Field("dynamic", description="Registered quantization preset.")
+    atol: float = Field(1e-4, gt=0, description="Max |ONNX − PyTorch| on logits (fp32).")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Read YAML as plain data; `safe_load` never constructs Python objects."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return yaml.safe_load(f)
+    except FileNotFoundError:
+        raise EdgeKDError(f"config file {path} does not exist; check the path", 2) from None
+    except yaml.YAMLError as e:
+        first = str(e).splitlines()[0]
+        raise EdgeKDError(f"{path} is not valid YAML ({first}); fix the syntax", 2) from None
+
+
+def validate(model: type[M], data: Any, source: str) -> M:
+    """Build `model` from plain data, turning pydantic errors into one line."""
+    try:
+        return model.model_validate(data if data is not None else {})
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise EdgeKDError(
+            f"{source}: field '{where}': {err['msg']} ({len(e.errors())} error(s)); fix that field",
+            2,
+        ) from None
+
+
+def override(cfg: M, **fields: Any) -> M:
+    """Return `cfg` with every non-None field replaced, re-validated."""
+    updates = {k: v for k, v in fields.items() if v is not None}
+    return validate(type(cfg), {**cfg.model_dump(), **updates}, "command-line options")
+
+
+def save_config(cfg: BaseModel, path: str | Path) -> None:
+    from edgekd.io import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+

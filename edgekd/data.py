@@ -1,0 +1,342 @@
+"""Load a text-classification task from a local file/folder or a Hugging Face dataset.
+
+Whatever the source, the result is a `TaskData`: train and dev `Split`s of
+(text, label id) and the label names, ids ordered the same way every time
+(integer labels numerically, string labels alphabetically, or the dataset's own
+`ClassLabel` order).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgekd.config import DataConfig
+from edgekd.errors import EdgeKDError
+
+TEXT_COLUMNS = ("sentence", "text", "content", "review", "document", "sentence1", "question")
+LABEL_COLUMNS = ("label", "labels", "class", "category", "target", "sentiment")
+DEV_SPLITS = ("dev", "validation", "valid", "val")
+SUFFIXES = (".tsv", ".csv", ".jsonl", ".json")
+# A held-out share of rows when a single file has no dev split: 10% is the usual
+# compromise between a stable accuracy estimate and training rows lost.
+HELD_OUT_SHARE = 0.1
+
+# GLUE sentences can exceed csv's default 128 KiB field limit in other tasks.
+csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+
+
+@dataclass
+class Split:
+    texts: list[str]
+    labels: list[int]
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def subsample(self, n: int | None, seed: int) -> Split:
+        """A seeded random subset of `n` rows, kept in their original order."""
+        if n is None or n >= len(self):
+            return self
+        keep = sorted(random.Random(seed).sample(range(len(self)), n))
+        return Split([self.texts[i] for i in keep], [self.labels[i] for i in keep])
+
+
+@dataclass
+class TaskData:
+    train: Split
+    dev: Split
+    label_names: list[str]
+    source: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.label_names)
+
+
+# ---------------------------------------------------------------- raw rows
+
+
+@dataclass
+class RawSplit:
+    """Rows as read, before labels become ids; `where(i)` names row i for errors."""
+
+    texts: list[str]
+    labels: list[Any]
+    origin: str
+    label_names: list[str] | None = None  # from a ClassLabel feature, when present
+    first_row: int = 2  # file line of rows[0] (1-based; 2 when a header precedes)
+
+    def where(self, i: int) -> str:
+        return f"{self.origin} row {i + self.first_row}"
+
+
+def _pick(columns: list[str], wanted: str | None, candidates: tuple[str, ...], what: str,
+          flag: str, origin: str) -> str:
+    if wanted is not None:
+        if wanted not in columns:
+            raise EdgeKDError(
+                f"{origin} has no column {wanted!r} (columns: {', '.join(columns)}); "
+                f"fix {flag}"
+            )
+        return wanted
+    lowered = {c.lower(): c for c in columns}
+    for c in candidates:
+        if c in lowered:
+            return lowered[c]
+    raise EdgeKDError(
+        f"{origin}: cannot tell which column holds the {what} (columns: {', '.join(columns)}); "
+        f"pass {flag}"
+    )
+
+
+def _read_delimited(path: Path, cfg: DataConfig) -> RawSplit:
+    delimiter = "\t" if path.suffix == ".tsv" else ","
+    with open(path, encoding="utf-8", newline="") as f:
+        # GLUE TSVs contain bare quotes inside sentences: read them literally.
+        quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+        rows = [r for r in csv.reader(f, delimiter=delimiter, quoting=quoting) if r]
+    if not rows:
+        raise EdgeKDError(f"{path} is empty; give a file with a header and at least one row")
+    head = [c.strip() for c in rows[0]]
+    known = {c.lower() for c in TEXT_COLUMNS + LABEL_COLUMNS}
+    wanted = {cfg.text_column, cfg.label_column} - {None}
+    has_header = any(c.lower() in known or c in wanted for c in head)
+    if has_header:
+        columns, body, first_row = head, rows[1:], 2
+    else:
+        columns, body, first_row = [str(i) for i in range(len(head))], rows, 1
+    text_col, label_col = cfg.text_column, cfg.label_column
+    if not has_header and text_col is None and label_col is None:
+        # GLUE CoLA layout: no header; source, label, original label, sentence.
+        if len(head) == 4 and head[1] in {"0", "1"}:
+            text_col, label_col = "3", "1"
+        else:
+            raise EdgeKDError(
+                f"{path} has no header row; pass --text-column and --label-column as "
+                "0-based column numbers"
+            )
+    text_col = _pick(columns, text_col, TEXT_COLUMNS, "text", "--text-column", str(path))
+    label_col = _pick(columns, label_col, LABEL_COLUMNS, "label", "--label-column", str(path))
+    ti, li = columns.index(text_col), columns.index(label_col)
+    texts, labels = [], []
+    for n, row in enumerate(body):
+        if len(row) <= max(ti, li):
+            raise EdgeKDError(
+                f"{path} row {n + first_row} has {len(row)} fields, expected at least "
+                f"{max(ti, li) + 1}; fix the row or the delimiter"
+            )
+        texts.append(row[ti])
+        labels.append(row[li])
+    return RawSplit(texts, labels, str(path), first_row=first_row)
+
+
+def _read_jsonl(path: Path, cfg: DataConfig) -> RawSplit:
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise EdgeKDError(
+                    f"{path} line {n} is not JSON ({e.msg}); one object per line"
+                ) from None
+    if not records:
+        raise EdgeKDError(f"{path} is empty; give at least one JSON object per line")
+    columns = list(records[0])
+    text_col = _pick(columns, cfg.text_column, TEXT_COLUMNS, "text", "--text-column", str(path))
+    label_col = _pick(
+        columns, cfg.label_column, LABEL_COLUMNS, "label", "--label-column", str(path)
+    )
+    texts, labels = [], []
+    for n, r in enumerate(records):
+        if text_col not in r or label_col not in r:
+            raise EdgeKDError(
+                f"{path} record {n + 1} lacks {text_col!r} or {label_col!r}; add the field"
+            )
+        texts.append(str(r[text_col]))
+        labels.append(r[label_col])
+    return RawSplit(texts, labels, str(path), first_row=1)
+
+
+def _read_file(path: Path, cfg: DataConfig) -> RawSplit:
+    if path.suffix in (".tsv", ".csv"):
+        return _read_delimited(path, cfg)
+    if path.suffix in (".jsonl", ".json"):
+        return _read_jsonl(path, cfg)
+    raise EdgeKDError(f"{path}: unsupported file type {path.suffix!r}; use .tsv, .csv or .jsonl")
+
+
+def _find_split_file(folder: Path, names: tuple[str, ...]) -> Path | None:
+    for name in names:
+        for suffix in SUFFIXES:
+            if (folder / f"{name}{suffix}").is_file():
+                return folder / f"{name}{suffix}"
+    return None
+
+
+def _load_local(path: Path, cfg: DataConfig) -> tuple[RawSplit, RawSplit | None]:
+    if path.is_file():
+        return _read_file(path, cfg), None
+    if (path / "dataset_dict.json").is_file():  # a `DatasetDict.save_to_disk` folder
+        import datasets
+
+        return _from_hf(datasets.load_from_disk(str(path)), cfg, str(path))
+    train = _find_split_file(path, (cfg.train_split,))
+    if train is None:
+        raise EdgeKDError(
+            f"{path} has no {cfg.train_split}.tsv/.csv/.jsonl; add one or pass --data FILE"
+        )
+    dev_names = (cfg.dev_split,) if cfg.dev_split else DEV_SPLITS
+    dev = _find_split_file(path, dev_names)
+    if dev is None and cfg.dev_split:
+        raise EdgeKDError(f"{path} has no {cfg.dev_split}.tsv/.csv/.jsonl; fix --dev-split")
+    return _read_file(train, cfg), (_read_file(dev, cfg) if dev else None)
+
+
+def _from_hf(dd: Any, cfg: DataConfig, origin: str) -> tuple[RawSplit, RawSplit | None]:
+    if cfg.train_split not in dd:
+        raise EdgeKDError(
+            f"{origin} has no split {cfg.train_split!r} (splits: {', '.join(dd)}); "
+            "pass --train-split"
+        )
+    dev_name = cfg.dev_split or next((s for s in DEV_SPLITS if s in dd), None)
+    if dev_name is not None and dev_name not in dd:
+        raise EdgeKDError(f"{origin} has no split {dev_name!r} (splits: {', '.join(dd)})")
+
+    def convert(split: str) -> RawSplit:
+        ds = dd[split]
+        cols = list(ds.column_names)
+        where = f"{origin}[{split}]"
+        text_col = _pick(cols, cfg.text_column, TEXT_COLUMNS, "text", "--text-column", where)
+        label_col = _pick(
+            cols, cfg.label_column, LABEL_COLUMNS, "label", "--label-column", where
+        )
+        feature = ds.features[label_col]
+        names = list(feature.names) if hasattr(feature, "names") else None
+        return RawSplit(list(ds[text_col]), list(ds[label_col]), where, names, first_row=0)
+
+    return convert(cfg.train_split), (convert(dev_name) if dev_name else None)
+
+
+def _load_hub(spec: str, cfg: DataConfig) -> tuple[RawSplit, RawSplit | None]:
+    import datasets
+
+    # `glue/sst2` is (name, config); `stanfordnlp/imdb` is one repo id. Try the
+    # (name, config) reading first, then the whole spec as a repo id.
+    attempts: list[tuple[str, ...]] = []
+    if "/" in spec:
+        name, _, config = spec.rpartition("/")
+        attempts.append((name, config))
+    attempts.append((spec,))
+    error: Exception | None = None
+    for args in attempts:
+        try:
+            return _from_hf(datasets.load_dataset(*args), cfg, spec)
+        except EdgeKDError:
+            raise
+        except Exception as e:  # the hub raises many types: offline, 404, bad config
+            error = e
+    raise EdgeKDError(
+        f"could not load dataset {spec!r} from the Hugging Face Hub "
+        f"({type(error).__name__}); offline? point --data at a local copy, "
+        "e.g. --data ../shared/data/sst2"
+    )
+
+
+# ---------------------------------------------------------------- labels
+
+
+def _label_key(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).strip()
+
+
+def _label_names(train: RawSplit) -> list[str]:
+    if train.label_names is not None:
+        return train.label_names
+    keys = {_label_key(v) for v in train.labels}
+    if all(k.lstrip("-").isdigit() for k in keys):
+        return sorted(keys, key=int)
+    return sorted(keys)
+
+
+def _to_ids(raw: RawSplit, names: list[str]) -> Split:
+    index = {n: i for i, n in enumerate(names)}
+    ids: list[int] = []
+    for i, value in enumerate(raw.labels):
+        if raw.label_names is not None:  # ClassLabel ints; -1 marks "no label" (GLUE test)
+            if not isinstance(value, int) or not 0 <= value < len(names):
+                raise EdgeKDError(
+                    f"{raw.where(i)} has label {value!r}, not one of 0..{len(names) - 1}; "
+                    "use a labelled split"
+                )
+            ids.append(value)
+            continue
+        key = _label_key(value) if value is not None else ""
+        if key == "":
+            raise EdgeKDError(f"{raw.where(i)} has no label; fill it in or drop the row")
+        if key not in index:
+            raise EdgeKDError(
+                f"{raw.where(i)} has label {key!r}, which the training split never uses "
+                f"(labels: {', '.join(names)}); fix the label or add training rows for it"
+            )
+        ids.append(index[key])
+    for i, text in enumerate(raw.texts):
+        if text is None or not str(text).strip():
+            raise EdgeKDError(f"{raw.where(i)} has an empty text; drop the row")
+    return Split([str(t) for t in raw.texts], ids)
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def load_task(cfg: DataConfig) -> TaskData:
+    """Load train and dev splits as label ids, subsampled as `cfg` asks."""
+    path = Path(cfg.spec).expanduser()
+    if path.exists():
+        raw_train, raw_dev = _load_local(path, cfg)
+    elif cfg.spec.startswith((".", "/", "~")) or Path(cfg.spec).suffix in SUFFIXES:
+        raise EdgeKDError(f"--data {cfg.spec}: no such file or folder; check the path")
+    else:
+        raw_train, raw_dev = _load_hub(cfg.spec, cfg)
+    if not raw_train.texts:
+        raise EdgeKDError(f"{raw_train.origin} has no rows; give at least one labelled row")
+    names = _label_names(raw_train)
+    if len(names) < 2:
+        raise EdgeKDError(
+            f"{raw_train.origin} has a single label ({names[0]!r}); a classifier needs two or more"
+        )
+    train = _to_ids(raw_train, names)
+    notes = []
+    if raw_dev is None:
+        # No dev split: hold out a seeded share of train, never the same rows twice.
+        order = list(range(len(train)))
+        random.Random(cfg.seed).shuffle(order)
+        n_dev = max(1, int(len(order) * HELD_OUT_SHARE))
+        dev_idx, train_idx = sorted(order[:n_dev]), sorted(order[n_dev:])
+        dev = Split([train.texts[i] for i in dev_idx], [train.labels[i] for i in dev_idx])
+        train = Split([train.texts[i] for i in train_idx], [train.labels[i] for i in train_idx])
+        notes.append(f"no dev split: held out {n_dev} of the training rows (seed {cfg.seed})")
+    else:
+        if not raw_dev.texts:
+            raise EdgeKDError(f"{raw_dev.origin} has no rows; give at least one labelled row")
+        dev = _to_ids(raw_dev, names)
+    return TaskData(
+        train=train.subsample(cfg.max_train, cfg.seed),
+        dev=dev.subsample(cfg.max_dev, cfg.seed),
+        label_names=names,
+        source=cfg.spec,
+        notes=notes,
+    )

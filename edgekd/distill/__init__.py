@@ -1,0 +1,1 @@
+"""Distillation: losses, the teacher-logit cache and the training loop."""

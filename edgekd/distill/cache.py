@@ -1,0 +1,69 @@
+"""Teacher logits are computed once and cached on disk.
+
+The key hashes everything that changes them: the teacher's files (or hub
+revision), the exact texts, the teacher's max length and the augmentation spec,
+so a rerun with the same inputs skips the teacher entirely. Files are
+safetensors: loading a cache never unpickles anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgekd.io import sha256_file
+
+CACHE_VERSION = 1
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get("EDGEKD_CACHE") or Path.home() / ".cache" / "edgekd"
+    return Path(root) / "logits"
+
+
+def teacher_fingerprint(name_or_path: str, model: Any | None = None) -> str:
+    """sha256 over the teacher folder's files; for a hub id, its resolved commit."""
+    path = Path(name_or_path)
+    h = hashlib.sha256()
+    if path.is_dir():
+        for f in sorted(p for p in path.rglob("*") if p.is_file()):
+            if f.name in ("metrics.json", "README.md"):
+                continue  # notes beside the weights do not change the logits
+            h.update(f.relative_to(path).as_posix().encode())
+            h.update(sha256_file(f).encode())
+    else:
+        commit = getattr(getattr(model, "config", None), "_commit_hash", None)
+        h.update(f"{name_or_path}@{commit}".encode())
+    return h.hexdigest()
+
+
+def cache_key(teacher_fp: str, texts: list[str], max_length: int, augmentation: str = "none") -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps({"v": CACHE_VERSION, "teacher": teacher_fp, "max_length": max_length,
+                         "augmentation": augmentation, "n": len(texts)}).encode())
+    for t in texts:
+        h.update(t.encode("utf-8"))
+        h.update(b"\x00")
+    return h.hexdigest()[:32]
+
+
+def cached_logits(cache_dir: Path, key: str, compute: Callable[[], np.ndarray]
+                  ) -> tuple[np.ndarray, bool]:
+    """(logits, hit): load `key` from `cache_dir`, or compute and store it."""
+    from safetensors.numpy import load_file, save_file
+
+    path = cache_dir / f"{key}.safetensors"
+    if path.is_file():
+        return load_file(str(path))["logits"], True
+    logits = np.ascontiguousarray(compute(), dtype=np.float32)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    save_file({"logits": logits}, str(tmp))
+    os.replace(tmp, path)
+    return logits, False

@@ -1,0 +1,62 @@
+"""Distillation losses. Each is a `DistillLoss`: (student logits, teacher logits,
+gold labels or -100) → scalar, mixed with gold-label cross-entropy by `ce_weight`.
+
+Rows whose label is -100 (teacher-labelled augmented text) get no CE term; the CE
+mean is over labelled rows only.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+NO_LABEL = -100
+
+
+class DistillLoss:
+    """L = ce_weight · H(y, σ(z_s)) + (1 − ce_weight) · D(z_s, z_t)."""
+
+    def __init__(self, ce_weight: float = 0.0, temperature: float = 1.0) -> None:
+        if not 0.0 <= ce_weight <= 1.0:
+            raise ValueError(f"ce_weight must be in [0, 1], got {ce_weight}")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.ce_weight = ce_weight
+        self.temperature = temperature
+
+    def distill_term(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __call__(self, student: torch.Tensor, teacher: torch.Tensor,
+                 labels: torch.Tensor | None = None) -> torch.Tensor:
+        loss = (1.0 - self.ce_weight) * self.distill_term(student, teacher)
+        if self.ce_weight > 0 and labels is not None and bool((labels != NO_LABEL).any()):
+            loss = loss + self.ce_weight * F.cross_entropy(student, labels, ignore_index=NO_LABEL)
+        return loss
+
+
+class LogitMSELoss(DistillLoss):
+    """Logit regression (Ba & Caruana 2014; Tang et al. 2019, arXiv:1903.12136).
+
+    D = mean over the batch of ||z_s − z_t||², the squared error summed over classes.
+    Tang et al. found it better than KL for a BiLSTM student.
+    """
+
+    def distill_term(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        return (student - teacher).pow(2).sum(dim=1).mean()
+
+
+class HintonKDLoss(DistillLoss):
+    """Hinton et al. 2015, "Distilling the Knowledge in a Neural Network" (arXiv:1503.02531).
+
+    D = T² · KL(σ(z_t/T) || σ(z_s/T)), batch mean. The T² keeps the gradient scale
+    constant as T changes. With α = 1 − ce_weight this is the paper's
+    L = (1 − α)·H(y, σ(z_s)) + α·T²·KL.
+    """
+
+    def distill_term(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        t = self.temperature
+        log_p_s = F.log_softmax(student / t, dim=1)
+        log_p_t = F.log_softmax(teacher / t, dim=1)
+        kl = F.kl_div(log_p_s, log_p_t, log_target=True, reduction="batchmean")
+        return kl * t * t

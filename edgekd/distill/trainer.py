@@ -1,0 +1,189 @@
+"""`edgekd distill`: teacher logits (cached) → student trained to match them.
+
+The loop runs under Hugging Face accelerate, one process by default, so
+`accelerate launch --num_processes 2 -m edgekd distill ...` scales it out with
+no change here. Dev accuracy on gold labels picks the best epoch (early
+stopping with `patience`).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from edgekd.config import DistillConfig, save_config
+from edgekd.data import TaskData, load_task
+from edgekd.distill.cache import cache_key, cached_logits, default_cache_dir, teacher_fingerprint
+from edgekd.errors import EdgeKDError
+from edgekd.io import atomic_dir, write_json
+from edgekd.progress import console, progress_bar
+from edgekd.registry import LOSSES, STUDENTS
+from edgekd.students.base import Student, save_student
+from edgekd.students.tokenizer import StudentTokenizer
+
+
+def label_with_teacher(cfg: DistillConfig, task: TaskData, teacher: Any, tokenizer: Any,
+                       ) -> tuple[np.ndarray, np.ndarray, dict[str, bool]]:
+    """Teacher logits for train and dev, from the cache when the key matches."""
+    from edgekd.teacher import teacher_logits
+
+    cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+    fp = teacher_fingerprint(cfg.teacher, teacher)
+    out, hits = [], {}
+    for name, split in (("train", task.train), ("dev", task.dev)):
+        key = cache_key(fp, split.texts, cfg.teacher_max_length)
+        logits, hit = cached_logits(cache_dir, key, lambda s=split, n=name: teacher_logits(
+            teacher, tokenizer, s.texts, cfg.teacher_batch_size, cfg.teacher_max_length,
+            f"teacher logits ({n})"))
+        out.append(logits)
+        hits[name] = hit
+    return out[0], out[1], hits
+
+
+def predict_logits(model: torch.nn.Module, tok: StudentTokenizer, ids: list[list[int]],
+                   batch_size: int = 256) -> np.ndarray:
+    """Student logits for pre-tokenized rows, batched by similar length."""
+    from edgekd.teacher import length_sorted_batches
+
+    model.eval()
+    out: np.ndarray | None = None
+    with torch.inference_mode():
+        for idx in length_sorted_batches([len(x) for x in ids], batch_size):
+            enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in idx]).items()}
+            logits = model(**enc).float().numpy()
+            if out is None:
+                out = np.zeros((len(ids), logits.shape[1]), dtype=np.float32)
+            out[idx] = logits
+    assert out is not None
+    return out
+
+
+def train_student(cfg: DistillConfig, model: Student, tok: StudentTokenizer, task: TaskData,
+                  train_logits: np.ndarray, dev_logits: np.ndarray) -> dict[str, Any]:
+    """Fit `model` in place to `train_logits`; keep the best dev-accuracy epoch."""
+    from accelerate import Accelerator, DataLoaderConfiguration
+    from accelerate.utils import set_seed
+
+    set_seed(cfg.seed)
+    loss_fn = LOSSES.get(cfg.loss)(ce_weight=cfg.ce_weight, temperature=cfg.temperature)
+    # A seedable sampler makes the shuffle order a function of the seed and epoch,
+    # identical with one process or several.
+    accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+    train_ids = tok.ids(task.train.texts)
+    dev_ids = tok.ids(task.dev.texts)
+    labels = torch.tensor(task.train.labels)
+    soft = torch.from_numpy(train_logits)
+
+    def collate(rows: list[int]) -> dict[str, torch.Tensor]:
+        enc = {k: torch.from_numpy(v) for k, v in tok.pad([train_ids[i] for i in rows]).items()}
+        return {**enc, "teacher": soft[rows], "labels": labels[rows]}
+
+    loader = torch.utils.data.DataLoader(
+        list(range(len(train_ids))), batch_size=cfg.batch_size, shuffle=True,
+        collate_fn=collate, generator=torch.Generator().manual_seed(cfg.seed),
+    )
+    optim = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    model, optim, loader = accelerator.prepare(model, optim, loader)
+    dev_gold = np.array(task.dev.labels)
+    dev_teacher = dev_logits.argmax(1)
+
+    best_acc, best_epoch, best_state, history = -1.0, 0, None, []
+    with progress_bar() as bar:
+        job = bar.add_task("distill", total=cfg.epochs * len(loader), rate="")
+        for epoch in range(1, cfg.epochs + 1):
+            model.train()
+            total, count = 0.0, 0
+            for batch in loader:
+                teacher = batch.pop("teacher")
+                gold = batch.pop("labels")
+                loss = loss_fn(model(**batch), teacher, gold)
+                accelerator.backward(loss)
+                accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                optim.step()
+                optim.zero_grad()
+                total, count = total + loss.item(), count + 1
+                bar.update(job, advance=1, rate=f"epoch {epoch} loss {total / count:.4f}")
+            pred = predict_logits(accelerator.unwrap_model(model), tok, dev_ids).argmax(1)
+            acc = float((pred == dev_gold).mean())
+            history.append({"epoch": epoch, "train_loss": total / max(count, 1),
+                            "dev_accuracy": acc,
+                            "dev_agreement": float((pred == dev_teacher).mean())})
+            if acc > best_acc:
+                best_acc, best_epoch = acc, epoch
+                best_state = copy.deepcopy(accelerator.unwrap_model(model).state_dict())
+            elif epoch - best_epoch >= cfg.patience:
+                console.print(f"early stop: no dev gain for {cfg.patience} epochs "
+                              f"(best epoch {best_epoch}, accuracy {best_acc:.4f})")
+                break
+    unwrapped = accelerator.unwrap_model(model)
+    assert best_state is not None
+    unwrapped.load_state_dict(best_state)
+    unwrapped.eval()
+    return {"best_epoch": best_epoch, "epochs_run": len(history), "history": history}
+
+
+def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
+    """Distil `cfg.teacher` into a student folder at `out_dir`; return its metrics."""
+    from edgekd.teacher import align_labels, load_teacher, teacher_label_names
+
+    if cfg.student not in STUDENTS:
+        STUDENTS.get(cfg.student)  # raises with the valid names
+    if cfg.loss not in LOSSES:
+        LOSSES.get(cfg.loss)
+    torch.manual_seed(cfg.seed)
+    seconds: dict[str, float] = {}
+    t = time.perf_counter()
+    task = load_task(cfg.data)
+    teacher, teacher_tok = load_teacher(cfg.teacher)
+    task = align_labels(task, teacher_label_names(teacher.config))
+    seconds["load"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    train_logits, dev_logits, hits = label_with_teacher(cfg, task, teacher, teacher_tok)
+    seconds["teacher_logits"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    try:
+        student, tok = STUDENTS.get(cfg.student).prepare(
+            cfg.student_options, task.train.texts, task.num_labels, teacher, teacher_tok)
+    except (ValueError, TypeError) as e:  # pydantic errors are ValueErrors
+        raise EdgeKDError(f"student options {cfg.student_options}: "
+                          f"{str(e).splitlines()[0]}; fix --student-option") from None
+    del teacher  # the teacher is not needed past this point; free its memory
+    seconds["prepare_student"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    fit = train_student(cfg, student, tok, task, train_logits, dev_logits)
+    seconds["train"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    pred = predict_logits(student, tok, tok.ids(task.dev.texts)).argmax(1)
+    gold, teacher_pred = np.array(task.dev.labels), dev_logits.argmax(1)
+    seconds["eval"] = time.perf_counter() - t
+
+    metrics = {
+        "teacher": cfg.teacher,
+        "student": cfg.student,
+        "teacher_accuracy": float((teacher_pred == gold).mean()),
+        "student_accuracy": float((pred == gold).mean()),
+        "agreement": float((pred == teacher_pred).mean()),
+        **student.params(),
+        "vocab_size": tok.vocab_size,
+        "n_train": len(task.train),
+        "n_dev": len(task.dev),
+        "labels": task.label_names,
+        "cache_hits": hits,
+        "seconds": {k: round(v, 2) for k, v in seconds.items()},
+        **fit,
+        "data_notes": task.notes,
+    }
+    with atomic_dir(out_dir) as tmp:
+        save_student(tmp, student, tok, task.label_names)
+        save_config(cfg, tmp / "config.yaml")
+        write_json(tmp / "metrics.json", metrics)
+    return metrics

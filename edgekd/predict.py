@@ -1,0 +1,127 @@
+"""Score any model the same way: an HF classifier folder or id, a student folder, or an
+ONNX file (with its tokenizer beside it).
+
+`OnnxPredictor` needs only onnxruntime, numpy and tokenizers: it is what a
+deployment runs, so it must not pull in torch or transformers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from edgekd.errors import EdgeKDError
+from edgekd.students import STUDENT_FILE
+from edgekd.students.tokenizer import StudentTokenizer
+
+HF_MAX_LENGTH = 128  # tokens per text for HF-layout ONNX models (teachers)
+
+
+class Predictor(Protocol):
+    label_names: list[str]
+
+    def logits(self, texts: list[str]) -> np.ndarray: ...
+
+
+def _length_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+class OnnxPredictor:
+    """An ONNX classifier run with onnxruntime on the CPU."""
+
+    def __init__(self, path: str | Path, threads: int = 0, batch_size: int = 64) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self.path = Path(path)
+        folder = self.path.parent
+        meta_path = folder / STUDENT_FILE
+        if meta_path.is_file():  # an edgekd export
+            meta = json.loads(meta_path.read_text())
+            self.label_names = list(meta["id2label"])
+            self.tokenizer = StudentTokenizer.load(folder, meta["max_length"],
+                                                   meta.get("add_special_tokens", False))
+        elif (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file():
+            config = json.loads((folder / "config.json").read_text())  # an HF/optimum export
+            id2label = config.get("id2label") or {}
+            self.label_names = [str(id2label.get(str(i), i)) for i in range(len(id2label))]
+            self.tokenizer = StudentTokenizer(
+                Tokenizer.from_file(str(folder / "tokenizer.json")), HF_MAX_LENGTH, True)
+        else:
+            raise EdgeKDError(f"{path}: no {STUDENT_FILE} or config.json + tokenizer.json beside "
+                              "it; export with `edgekd export` or optimum")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        self.session = ort.InferenceSession(str(self.path), options,
+                                            providers=["CPUExecutionProvider"])
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.batch_size = batch_size
+
+    def feed(self, ids: list[list[int]]) -> dict[str, np.ndarray]:
+        enc = self.tokenizer.pad(ids)
+        if "token_type_ids" in self.input_names:
+            enc["token_type_ids"] = np.zeros_like(enc["input_ids"])
+        return {k: v for k, v in enc.items() if k in self.input_names}
+
+    def logits(self, texts: list[str]) -> np.ndarray:
+        ids = self.tokenizer.ids(texts)
+        out = np.zeros((len(texts), len(self.label_names)), dtype=np.float32)
+        for idx in _length_batches([len(x) for x in ids], self.batch_size):
+            out[idx] = self.session.run(None, self.feed([ids[i] for i in idx]))[0]
+        return out
+
+
+class StudentPredictor:
+    def __init__(self, folder: str | Path) -> None:
+        from edgekd.students.base import load_student
+
+        self.model, self.tokenizer, self.label_names = load_student(folder)
+
+    def logits(self, texts: list[str]) -> np.ndarray:
+        from edgekd.distill.trainer import predict_logits
+
+        return predict_logits(self.model, self.tokenizer, self.tokenizer.ids(texts))
+
+
+class TeacherPredictor:
+    def __init__(self, name_or_path: str) -> None:
+        from edgekd.teacher import load_teacher, teacher_label_names
+
+        self.model, self.tokenizer = load_teacher(name_or_path)
+        self.label_names = teacher_label_names(self.model.config)
+
+    def logits(self, texts: list[str]) -> np.ndarray:
+        from edgekd.teacher import teacher_logits
+
+        return teacher_logits(self.model, self.tokenizer, texts, description="teacher")
+
+
+def load_predictor(target: str | Path) -> Predictor:
+    """Pick the predictor for `target`: .onnx file, student folder, else an HF classifier."""
+    path = Path(target)
+    if path.suffix == ".onnx":
+        if not path.is_file():
+            raise EdgeKDError(f"{path} does not exist; check the path")
+        return OnnxPredictor(path)
+    if (path / STUDENT_FILE).is_file() and (path / "model.safetensors").is_file():
+        return StudentPredictor(path)
+    if path.is_dir() and (path / "model.onnx").is_file() and not (path / "config.json").is_file():
+        return OnnxPredictor(path / "model.onnx")
+    return TeacherPredictor(str(target))
+
+
+def score(predictor: Predictor, texts: list[str], labels: list[int],
+          reference: np.ndarray | None = None) -> dict[str, Any]:
+    """Accuracy on gold `labels`, and agreement with `reference` predictions if given."""
+    pred = predictor.logits(texts).argmax(1)
+    result: dict[str, Any] = {"accuracy": float((pred == np.array(labels)).mean()),
+                              "n": len(labels)}
+    if reference is not None:
+        result["agreement"] = float((pred == reference).mean())
+    result["predictions"] = pred
+    return result

@@ -1,0 +1,101 @@
+"""`edgekd quickstart`: the whole chain on one dataset, ending in one table.
+
+teacher (given, or fine-tuned from the packaged MiniLM on a subsample) → BiLSTM
+student → fp32 + int8 ONNX → batch-1 profile of teacher and students on this
+CPU → budget check. Sized to finish in under 15 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from edgekd.budget import Budget, collect_metrics, evaluate
+from edgekd.config import DataConfig, DistillConfig, ExportConfig, TeacherConfig, save_config
+from edgekd.data import load_task
+from edgekd.io import atomic_dir, write_json
+from edgekd.progress import console
+
+# The quickstart's gate: int8 may cost at most 1 point over fp32, and the student at
+# most 6 points under its teacher at this reduced training size.
+QUICKSTART_BUDGET = Budget(model="int8", threads=1, max_int8_drop=0.01, max_drop_vs_teacher=0.06)
+PROFILE_RUNS = 200
+
+
+def run_quickstart(data: str, teacher: str | None, out: Path, max_train: int,
+                   teacher_max_train: int, epochs: int, seed: int) -> int:
+    """Run every stage into `out`; print the summary table; return the check's exit code."""
+    from rich.table import Table
+
+    from edgekd.cli import print_check, print_profile
+    from edgekd.devices.profile import profile_model
+    from edgekd.distill.trainer import run_distill
+    from edgekd.exporters.run import FP32, INT8, run_export
+    from edgekd.exporters.teacher import export_teacher
+    from edgekd.predict import OnnxPredictor, score
+    from edgekd.teacher import align_labels, finetune
+
+    start = time.perf_counter()
+    data_cfg = DataConfig(spec=data, seed=seed)
+    task = load_task(data_cfg)  # fails fast, before any training, on bad or offline data
+    out.mkdir(parents=True, exist_ok=True)
+
+    if teacher is None:
+        console.rule("1/5 teacher: fine-tune the packaged MiniLM")
+        tcfg = TeacherConfig(data=data_cfg.model_copy(update={"max_train": teacher_max_train}),
+                             epochs=2, seed=seed)
+        teacher_dir = out / "teacher"
+        with atomic_dir(teacher_dir) as tmp:
+            metrics = finetune(tcfg, load_task(tcfg.data), tmp)
+            save_config(tcfg, tmp / "config.yaml")
+            write_json(tmp / "metrics.json", metrics)
+        teacher = str(teacher_dir)
+    else:
+        console.rule("1/5 teacher: given")
+
+    console.rule("2/5 distill a BiLSTM student")
+    dcfg = DistillConfig(teacher=teacher, data=data_cfg.model_copy(update={"max_train": max_train}),
+                         epochs=epochs, seed=seed)
+    run_distill(dcfg, out / "student")
+
+    console.rule("3/5 export: ONNX fp32 + int8, teacher ONNX")
+    report = run_export(out / "student", out / "export", ExportConfig(int8=True))
+    teacher_onnx = export_teacher(teacher, out / "teacher-onnx")
+    teacher_pred = OnnxPredictor(teacher_onnx)
+    dev = align_labels(task, teacher_pred.label_names).dev
+    teacher_acc = score(teacher_pred, dev.texts, dev.labels)["accuracy"]
+
+    console.rule("4/5 profile at batch 1, 1 thread")
+    rows: list[dict[str, Any]] = []
+    for name, path, acc in (
+        ("teacher fp32 (ONNX)", teacher_onnx, teacher_acc),
+        ("student fp32", out / "export" / FP32, report["models"]["fp32"]["accuracy"]),
+        ("student int8", out / "export" / INT8, report["models"]["int8"]["accuracy"]),
+    ):
+        prof = profile_model(path, threads=1, runs=PROFILE_RUNS, texts=dev.texts)
+        print_profile(prof)
+        write_json(path.parent / f"profile-{path.stem}.json", prof)
+        rows.append({"model": name, "accuracy": acc, "bytes": prof["bytes"], **{
+            k: prof[k] for k in ("p50_ms", "p90_ms")}, "e2e_p50_ms": prof["end_to_end"]["p50_ms"]})
+
+    console.rule("5/5 budget check")
+    budget_path = out / "budget.yaml"
+    save_config(QUICKSTART_BUDGET, budget_path)
+    results = evaluate(QUICKSTART_BUDGET, collect_metrics([out / "export"], QUICKSTART_BUDGET))
+    print_check(results, QUICKSTART_BUDGET.model)
+
+    base = rows[0]
+    table = Table(title=f"edgekd quickstart on {data} ({len(dev)} dev rows, 1 thread, batch 1)")
+    for col in ("model", "accuracy", "bytes", "p50 ms", "p90 ms", "tokenize+infer p50 ms",
+                "smaller", "faster"):
+        table.add_column(col, justify="right" if col != "model" else "left")
+    for r in rows:
+        table.add_row(r["model"], f"{r['accuracy']:.4f}", f"{r['bytes']:,}", f"{r['p50_ms']:.3f}",
+                      f"{r['p90_ms']:.3f}", f"{r['e2e_p50_ms']:.3f}",
+                      f"{base['bytes'] / r['bytes']:.1f}×", f"{base['p50_ms'] / r['p50_ms']:.1f}×")
+    console.print(table)
+    write_json(out / "quickstart.json", {"rows": rows, "seconds": time.perf_counter() - start,
+                                         "budget": [r.to_dict() for r in results]})
+    console.print(f"artifacts in {out}; total {time.perf_counter() - start:.0f} s")
+    return 0 if all(r.passed for r in results) else 1

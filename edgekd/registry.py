@@ -1,0 +1,66 @@
+"""One small generic registry for every pluggable kind (students, losses, exporters, ...).
+
+Entries are `"module:attribute"` strings resolved on first use, so listing or
+validating names never imports torch. Third-party code adds entries with
+`register` (a string or the object itself).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Generic, TypeVar
+
+from edgekd.errors import EdgeKDError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Maps names to lazily imported objects of one kind."""
+
+    def __init__(self, kind: str, entries: dict[str, str] | None = None) -> None:
+        self.kind = kind
+        self._entries: dict[str, str | T] = dict(entries or {})
+
+    def register(self, name: str, target: str | T) -> None:
+        """Add `name`; `target` is the object or a `"module:attribute"` path."""
+        if name in self._entries:
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        self._entries[name] = target
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def get(self, name: str) -> T:
+        """Return the object for `name`, importing it on first use."""
+        if name not in self._entries:
+            valid = ", ".join(self.names())
+            raise EdgeKDError(f"unknown {self.kind} {name!r}; valid names: {valid}")
+        target = self._entries[name]
+        if isinstance(target, str):
+            module_name, _, attribute = target.partition(":")
+            resolved: Any = getattr(importlib.import_module(module_name), attribute)
+            self._entries[name] = resolved
+            return resolved  # type: ignore[no-any-return]
+        return target
+
+
+# The built-ins. Adding a kind of student, loss, exporter or device is one file plus
+# one line here (or a `register` call from user code).
+STUDENTS: Registry[Any] = Registry(
+    "student", {"bilstm": "edgekd.students.bilstm:BiLSTMStudent"}
+)
+LOSSES: Registry[Any] = Registry(
+    "loss",
+    {"mse": "edgekd.distill.losses:LogitMSELoss", "kd": "edgekd.distill.losses:HintonKDLoss"},
+)
+EXPORTERS: Registry[Any] = Registry(
+    "exporter", {"bilstm": "edgekd.exporters.bilstm:BiLSTMExporter"}
+)
+QUANTIZERS: Registry[Any] = Registry(
+    "quantization preset", {"dynamic": "edgekd.exporters.quantize:DynamicInt8Quantizer"}
+)
+DEVICES: Registry[Any] = Registry("device runner", {"local": "edgekd.devices.local:LocalDevice"})

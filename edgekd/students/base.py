@@ -1,0 +1,128 @@
+"""The `Student` abstraction and the student folder format.
+
+A student folder holds `model.safetensors`, `tokenizer.json`, `student.json`
+(name, config, label map, max length) and, from `edgekd distill`, the resolved
+`config.yaml` and `metrics.json`. Weights load through safetensors only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from pydantic import BaseModel
+from torch import nn
+
+from edgekd.errors import EdgeKDError
+from edgekd.io import read_json, write_json
+from edgekd.registry import STUDENTS
+from edgekd.students import STUDENT_FILE
+from edgekd.students.tokenizer import StudentTokenizer
+
+
+class Student(nn.Module):
+    """A classifier over token ids: `forward(input_ids, attention_mask) -> logits`.
+
+    Subclasses set `name` and `Config` (a pydantic model of their knobs) and
+    implement `prepare`, which builds the vocabulary and the initialised model.
+    """
+
+    name: ClassVar[str]
+    Config: ClassVar[type[BaseModel]]
+
+    def __init__(self, config: Any, vocab_size: int, num_labels: int) -> None:
+        super().__init__()
+        self.config = config
+        self.vocab_size = vocab_size
+        self.num_labels = num_labels
+
+    @classmethod
+    def prepare(
+        cls, options: dict[str, Any], texts: list[str], num_labels: int, teacher: Any,
+        teacher_tokenizer: Any,
+    ) -> tuple[Student, StudentTokenizer]:
+        raise NotImplementedError
+
+    def params(self) -> dict[str, int]:
+        total = sum(p.numel() for p in self.parameters())
+        emb = sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Embedding))
+        return {"params": total, "params_without_embeddings": total - emb}
+
+
+def save_student(folder: Path, model: Student, tokenizer: StudentTokenizer,
+                 id2label: list[str]) -> None:
+    from safetensors.torch import save_file
+
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    save_file(state, str(folder / "model.safetensors"))
+    tokenizer.save(folder)
+    write_json(folder / STUDENT_FILE, {
+        "student": model.name,
+        "config": model.config.model_dump(mode="json"),
+        "vocab_size": model.vocab_size,
+        "num_labels": model.num_labels,
+        "id2label": id2label,
+        "max_length": tokenizer.max_length,
+        "add_special_tokens": tokenizer.add_special_tokens,
+    })
+
+
+def is_student_dir(path: Path) -> bool:
+    return (path / STUDENT_FILE).is_file()
+
+
+def load_student(folder: str | Path) -> tuple[Student, StudentTokenizer, list[str]]:
+    """Load a student folder written by `save_student` (safetensors only)."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    if not is_student_dir(folder):
+        raise EdgeKDError(f"{folder} is not a student folder (no {STUDENT_FILE}); "
+                          "pass the --out folder of `edgekd distill`")
+    meta = read_json(folder / STUDENT_FILE)
+    cls = STUDENTS.get(meta["student"])
+    model = cls(cls.Config(**meta["config"]), meta["vocab_size"], meta["num_labels"])
+    model.load_state_dict(load_file(str(folder / "model.safetensors")))
+    model.eval()
+    tok = StudentTokenizer.load(folder, meta["max_length"], meta.get("add_special_tokens", False))
+    return model, tok, list(meta["id2label"])
+
+
+def project_rows(matrix: torch.Tensor, dim: int, seed: int = 0) -> torch.Tensor:
+    """Fit `matrix` (rows × width) into `dim` columns.
+
+    Narrower: PCA onto the top `dim` principal directions, which keeps the most
+    variance of the teacher's geometry. Wider: extra columns of small noise.
+    """
+    width = matrix.shape[1]
+    if dim == width:
+        return matrix.clone()
+    if dim < width:
+        centered = matrix - matrix.mean(0, keepdim=True)
+        _, _, v = torch.linalg.svd(centered, full_matrices=False)
+        return centered @ v[:dim].T
+    g = torch.Generator().manual_seed(seed)
+    extra = torch.randn(matrix.shape[0], dim - width, generator=g) * matrix.std() * 0.1
+    return torch.cat([matrix, extra], dim=1)
+
+
+def teacher_rows_for(tokens: list[str], teacher: Any, teacher_tokenizer: Any,
+                     same_vocab: bool) -> torch.Tensor:
+    """One teacher input-embedding row per student token.
+
+    With the teacher's own vocabulary, rows are copied by id. With a word
+    vocabulary, a word's row is the mean of the rows of its WordPiece pieces, so
+    the student starts from the teacher's lexical knowledge, not from noise.
+    """
+    table = teacher.get_input_embeddings().weight.detach().float()
+    if same_vocab:
+        return table[: len(tokens)].clone()
+    rows = torch.zeros(len(tokens), table.shape[1])
+    unk_id = teacher_tokenizer.unk_token_id
+    pieces = teacher_tokenizer(tokens, add_special_tokens=False)["input_ids"]
+    for i, (tok, ids) in enumerate(zip(tokens, pieces, strict=True)):
+        if tok == "[PAD]":
+            continue  # padding stays the zero vector
+        rows[i] = table[ids].mean(0) if ids else table[unk_id]
+    return rows

@@ -1,0 +1,107 @@
+"""The BiLSTM student of Tang et al. 2019, "Distilling Task-Specific Knowledge from
+BERT into Simple Neural Networks" (arXiv:1903.12136).
+
+embeddings → one bidirectional LSTM layer → pooling over time → ReLU MLP → logits.
+Paper sizes: 300-d embeddings, 150 hidden units per direction, a 400-unit ReLU
+layer. Padding is handled with packed sequences, so a padded row gives exactly the
+logits of the same row alone (the backward direction never reads padding); the
+ONNX export keeps this through the LSTM op's `sequence_lens` input.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from edgekd.config import StrictModel
+from edgekd.students.base import Student, project_rows, teacher_rows_for
+from edgekd.students.tokenizer import (
+    StudentTokenizer,
+    build_word_tokenizer,
+    vocab_tokens,
+    wordpiece_from_teacher,
+)
+
+
+class BiLSTMConfig(StrictModel):
+    vocab: Literal["word", "wordpiece"] = Field(
+        "word", description="Own word vocabulary from the transfer set, or the teacher's WordPiece."
+    )
+    embedding_dim: int = Field(300, ge=2, description="Tang et al.: 300.")
+    hidden_size: int = Field(150, ge=1, description="LSTM units per direction; Tang et al.: 150.")
+    mlp_size: int = Field(400, ge=1, description="ReLU layer width; Tang et al.: 400.")
+    pooling: Literal["max", "last"] = Field(
+        "max", description="Max over time, or the concatenated final states of both directions."
+    )
+    dropout: float = Field(0.1, ge=0, lt=1)
+    init: Literal["teacher", "random"] = Field(
+        "teacher", description="Start embeddings from the teacher's (PCA to embedding_dim)."
+    )
+    max_vocab: int = Field(50_000, ge=3, description="Word vocabulary cap (incl. PAD, UNK).")
+    min_freq: int = Field(1, ge=1, description="Keep words seen at least this often.")
+    lowercase: bool = True
+    max_length: int = Field(64, ge=1, description="Tokens per text; longer texts are cut.")
+
+
+class BiLSTMStudent(Student):
+    name = "bilstm"
+    Config = BiLSTMConfig
+
+    def __init__(self, config: BiLSTMConfig, vocab_size: int, num_labels: int) -> None:
+        super().__init__(config, vocab_size, num_labels)
+        self.embedding = nn.Embedding(vocab_size, config.embedding_dim, padding_idx=0)
+        self.lstm = nn.LSTM(
+            config.embedding_dim, config.hidden_size, batch_first=True, bidirectional=True
+        )
+        self.dropout = nn.Dropout(config.dropout)
+        self.mlp = nn.Linear(2 * config.hidden_size, config.mlp_size)
+        self.classifier = nn.Linear(config.mlp_size, num_labels)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        lengths = attention_mask.sum(1)
+        x = self.dropout(self.embedding(input_ids))
+        packed = nn.utils.rnn.pack_padded_sequence(
+            x, lengths.cpu(), batch_first=True, enforce_sorted=False
+        )
+        out, (h_n, _) = self.lstm(packed)
+        if self.config.pooling == "last":
+            # h_n: (2 directions, batch, hidden): forward's last step, backward's first.
+            pooled = torch.cat([h_n[0], h_n[1]], dim=1)
+        else:
+            out, _ = nn.utils.rnn.pad_packed_sequence(
+                out, batch_first=True, total_length=input_ids.shape[1]
+            )
+            # Padding must never win the max: push it far below any LSTM output (|h| < 1).
+            pad = ~attention_mask.bool().unsqueeze(-1)
+            pooled = out.masked_fill(pad, -1e4).max(dim=1).values
+        hidden = torch.relu(self.mlp(self.dropout(pooled)))
+        return self.classifier(self.dropout(hidden))
+
+    @classmethod
+    def prepare(
+        cls, options: dict[str, Any], texts: list[str], num_labels: int, teacher: Any,
+        teacher_tokenizer: Any,
+    ) -> tuple[BiLSTMStudent, StudentTokenizer]:
+        config = BiLSTMConfig(**options)
+        if config.vocab == "word":
+            tok = build_word_tokenizer(
+                texts, config.max_vocab, config.min_freq, config.lowercase, config.max_length
+            )
+        else:
+            tok = wordpiece_from_teacher(teacher_tokenizer, config.max_length)
+            # WordPiece ids must not collide with our padding row 0 meaning anything else.
+            if tok.pad_id != 0:
+                raise ValueError("the teacher's [PAD] id is not 0; use student vocab 'word'")
+        model = cls(config, tok.vocab_size, num_labels)
+        if config.init == "teacher" and teacher is not None:
+            rows = teacher_rows_for(
+                vocab_tokens(tok), teacher, teacher_tokenizer, same_vocab=config.vocab == "wordpiece"
+            )
+            with torch.no_grad():
+                init = project_rows(rows, config.embedding_dim)
+                init[0] = 0.0  # padding row
+                model.embedding.weight.copy_(init)
+        return model, tok

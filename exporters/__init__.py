@@ -1,0 +1,1 @@
+"""Exporters (PyTorch → ONNX, always validated) and int8 quantizers."""

@@ -1,0 +1,66 @@
+"""The `Exporter` abstraction: declared inputs and dynamic axes, export, then validate.
+
+Every export ends in `validate()`: the ONNX model and the PyTorch model see the
+same inputs and their logits must agree within `atol`, or the export fails and
+nothing is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from edgekd.errors import EdgeKDError
+
+
+class Exporter:
+    """Turns one kind of model into ONNX; subclasses declare its graph signature."""
+
+    input_names: ClassVar[tuple[str, ...]]
+    output_names: ClassVar[tuple[str, ...]] = ("logits",)
+    dynamic_axes: ClassVar[dict[str, dict[int, str]]]
+
+    def __init__(self, atol: float = 1e-4, opset: int = 17) -> None:
+        self.atol = atol
+        self.opset = opset
+
+    def dummy_inputs(self, model: Any) -> dict[str, np.ndarray]:
+        """Inputs that exercise every dynamic axis (several rows, several lengths)."""
+        raise NotImplementedError
+
+    def torch_logits(self, model: Any, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            return model(**{k: torch.from_numpy(v) for k, v in inputs.items()}).float().numpy()
+
+    def export(self, model: Any, path: Path, check_inputs: list[dict[str, np.ndarray]]
+               | None = None) -> float:
+        """Write `path` and return the max |ONNX − PyTorch| over all check inputs."""
+        self._export(model, path)
+        return self.validate(model, path, check_inputs)
+
+    def _export(self, model: Any, path: Path) -> None:
+        raise NotImplementedError
+
+    def validate(self, model: Any, path: Path,
+                 check_inputs: list[dict[str, np.ndarray]] | None = None) -> float:
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        worst = 0.0
+        for inputs in [self.dummy_inputs(model), *(check_inputs or [])]:
+            got = session.run(None, inputs)[0]
+            want = self.torch_logits(model, inputs)
+            if got.shape != want.shape:
+                raise EdgeKDError(f"ONNX output shape {got.shape} != PyTorch {want.shape}; "
+                                  "this is an exporter bug, please report it")
+            worst = max(worst, float(np.abs(got - want).max()))
+        if worst > self.atol:
+            raise EdgeKDError(
+                f"ONNX logits differ from PyTorch by {worst:.2e} > atol {self.atol:.0e}; "
+                "raise --atol only if that difference is acceptable"
+            )
+        return worst
