@@ -49,8 +49,12 @@ def summarize(ms: list[float]) -> dict[str, float]:
     s = sorted(ms)
     mean = statistics.fmean(s)
     return {
-        "p50_ms": percentile(s, 50), "p90_ms": percentile(s, 90), "p99_ms": percentile(s, 99),
-        "mean_ms": mean, "min_ms": s[0], "stdev_ms": statistics.pstdev(s),
+        "p50_ms": percentile(s, 50),
+        "p90_ms": percentile(s, 90),
+        "p99_ms": percentile(s, 99),
+        "mean_ms": mean,
+        "min_ms": s[0],
+        "stdev_ms": statistics.pstdev(s),
         "throughput_per_s": 1000.0 / mean if mean > 0 else 0.0,
     }
 
@@ -88,8 +92,15 @@ def time_runs(fn, runs: int, warmup: int) -> list[float]:
     return out
 
 
-def end_to_end(session, tokenizer_path: str, texts: list[str], max_length: int,
-               special: bool, runs: int, warmup: int) -> dict[str, float]:
+def end_to_end(
+    session,
+    tokenizer_path: str,
+    texts: list[str],
+    max_length: int,
+    special: bool,
+    runs: int,
+    warmup: int,
+) -> dict[str, float]:
     """Tokenize + infer one text at a time, cycling through `texts`."""
     import numpy as np
     from tokenizers import Tokenizer
@@ -104,8 +115,10 @@ def end_to_end(session, tokenizer_path: str, texts: list[str], max_length: int,
         text = texts[state["i"] % len(texts)]
         state["i"] += 1
         ids = tok.encode(text, add_special_tokens=special).ids[:max_length] or [0]
-        feed = {"input_ids": np.array([ids], dtype=np.int64),
-                "attention_mask": np.ones((1, len(ids)), dtype=np.int64)}
+        feed = {
+            "input_ids": np.array([ids], dtype=np.int64),
+            "attention_mask": np.ones((1, len(ids)), dtype=np.int64),
+        }
         if "token_type_ids" in names:
             feed["token_type_ids"] = np.zeros((1, len(ids)), dtype=np.int64)
         session.run(None, {k: v for k, v in feed.items() if k in names})
@@ -158,8 +171,15 @@ def main(argv: list[str] | None = None) -> dict:
     if args.texts and args.tokenizer:
         with open(args.texts, encoding="utf-8") as f:
             texts = [line.rstrip("\n") for line in f if line.strip()]
-        e2e = end_to_end(session, args.tokenizer, texts, args.max_length, args.special_tokens,
-                         args.runs, args.warmup)
+        e2e = end_to_end(
+            session,
+            args.tokenizer,
+            texts,
+            args.max_length,
+            args.special_tokens,
+            args.runs,
+            args.warmup,
+        )
         result["end_to_end"] = e2e
     result["peak_rss_mb"] = peak_rss_mb()
     result["rss_before_load_mb"] = rss_before

@@ -42,8 +42,10 @@ def load_spec(name_or_path: str) -> DeviceSpec:
     if not path.is_file():
         path = SPEC_DIR / f"{name_or_path}.yaml"
         if not path.is_file():
-            raise EdgeKDError(f"unknown device {name_or_path!r}; valid names: "
-                              f"{', '.join(packaged_devices())}, or a path to a YAML spec")
+            raise EdgeKDError(
+                f"unknown device {name_or_path!r}; valid names: "
+                f"{', '.join(packaged_devices())}, or a path to a YAML spec"
+            )
     spec = validate(DeviceSpec, load_yaml(path), str(path))
     if spec.runner not in DEVICES:
         DEVICES.get(spec.runner)  # raises, listing valid runners

@@ -19,35 +19,58 @@ def tokenizer_info(model: Path) -> dict[str, Any] | None:
         return None
     if (folder / STUDENT_FILE).is_file():
         meta = json.loads((folder / STUDENT_FILE).read_text())
-        return {"tokenizer": folder / "tokenizer.json", "max_length": meta["max_length"],
-                "special": meta.get("add_special_tokens", False),
-                "vocab_size": meta["vocab_size"]}
+        return {
+            "tokenizer": folder / "tokenizer.json",
+            "max_length": meta["max_length"],
+            "special": meta.get("add_special_tokens", False),
+            "vocab_size": meta["vocab_size"],
+        }
     if (folder / "config.json").is_file():
         config = json.loads((folder / "config.json").read_text())
-        return {"tokenizer": folder / "tokenizer.json", "max_length": 128, "special": True,
-                "vocab_size": config.get("vocab_size", 1000)}
+        return {
+            "tokenizer": folder / "tokenizer.json",
+            "max_length": 128,
+            "special": True,
+            "vocab_size": config.get("vocab_size", 1000),
+        }
     return None
 
 
-def profile_model(model: str | Path, device: str = "local-cpu", threads: int | None = None,
-                  runs: int = 200, warmup: int = 20, seq_len: int = 64,
-                  texts: list[str] | None = None) -> dict[str, Any]:
+def profile_model(
+    model: str | Path,
+    device: str = "local-cpu",
+    threads: int | None = None,
+    runs: int = 200,
+    warmup: int = 20,
+    seq_len: int = 64,
+    texts: list[str] | None = None,
+) -> dict[str, Any]:
     """Run the agent on `device`; with `texts`, also time tokenize+infer end to end."""
+    dev = load_device(device)
     model = Path(model)
     if not model.is_file():
         raise EdgeKDError(f"{model} does not exist; pass an .onnx file from `edgekd export`")
-    dev = load_device(device)
     threads = threads or dev.spec.threads
     info = tokenizer_info(model)
-    args = ["--threads", str(threads), "--runs", str(runs), "--warmup", str(warmup),
-            "--seq-len", str(seq_len),
-            "--vocab-size", str(info["vocab_size"] if info else 1000)]
+    args = [
+        "--threads",
+        str(threads),
+        "--runs",
+        str(runs),
+        "--warmup",
+        str(warmup),
+        "--seq-len",
+        str(seq_len),
+        "--vocab-size",
+        str(info["vocab_size"] if info else 1000),
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         files: dict[str, Path] = {}
         if texts and info:
             files = {"texts": Path(tmp) / "texts.txt", "tokenizer": info["tokenizer"]}
-            files["texts"].write_text("\n".join(t.replace("\n", " ") for t in texts) + "\n",
-                                      encoding="utf-8")
+            files["texts"].write_text(
+                "\n".join(t.replace("\n", " ") for t in texts) + "\n", encoding="utf-8"
+            )
             args += ["--max-length", str(info["max_length"])]
             if info["special"]:
                 args.append("--special-tokens")

@@ -73,8 +73,9 @@ def evaluate(budget: Budget, metrics: dict[str, float | None]) -> list[LimitResu
     for field, (metric, op, unit) in LIMITS.items():
         threshold = getattr(budget, field)
         if threshold is not None:
-            results.append(LimitResult(field, metric, op, float(threshold),
-                                       metrics.get(metric), unit))
+            results.append(
+                LimitResult(field, metric, op, float(threshold), metrics.get(metric), unit)
+            )
     return results
 
 
@@ -100,9 +101,11 @@ def collect_metrics(dirs: list[Path], budget: Budget) -> dict[str, float | None]
             report = json.loads(export.read_text())
             entry = report["models"].get(budget.model)
             if entry is None:
-                raise EdgeKDError(f"{export} has no {budget.model} model; re-export with "
-                                  f"{'--int8' if budget.model == 'int8' else 'fp32'} or set "
-                                  "`model:` in the budget")
+                raise EdgeKDError(
+                    f"{export} has no {budget.model} model; re-export with "
+                    f"{'--int8' if budget.model == 'int8' else 'fp32'} or set "
+                    "`model:` in the budget"
+                )
             model_file = entry["path"]
             metrics["bytes"] = entry["bytes"]
             metrics["accuracy"] = entry["accuracy"]

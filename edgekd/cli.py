@@ -54,11 +54,22 @@ def parse_options(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def data_overrides(data: str | None, text_column: str | None, label_column: str | None,
-                   max_train: int | None, max_dev: int | None, seed: int | None
-                   ) -> dict[str, Any]:
-    return {"spec": data, "text_column": text_column, "label_column": label_column,
-            "max_train": max_train, "max_dev": max_dev, "seed": seed}
+def data_overrides(
+    data: str | None,
+    text_column: str | None,
+    label_column: str | None,
+    max_train: int | None,
+    max_dev: int | None,
+    seed: int | None,
+) -> dict[str, Any]:
+    return {
+        "spec": data,
+        "text_column": text_column,
+        "label_column": label_column,
+        "max_train": max_train,
+        "max_dev": max_dev,
+        "seed": seed,
+    }
 
 
 def with_data(cfg: Any, **fields: Any) -> Any:
@@ -100,10 +111,18 @@ def teacher(
     from edgekd.teacher import finetune
 
     cfg = validate(TeacherConfig, load_yaml(config), str(config)) if config else TeacherConfig()
-    cfg = override(cfg, base=base, epochs=epochs, lr=lr, batch_size=batch_size,
-                   max_length=max_length, seed=seed)
-    cfg = with_data(cfg, **data_overrides(data, text_column, label_column, max_train, max_dev,
-                                          seed))
+    cfg = override(
+        cfg,
+        base=base,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        max_length=max_length,
+        seed=seed,
+    )
+    cfg = with_data(
+        cfg, **data_overrides(data, text_column, label_column, max_train, max_dev, seed)
+    )
     task = load_task(cfg.data)
     with atomic_dir(out) as tmp:
         metrics = finetune(cfg, task, tmp)
@@ -120,7 +139,8 @@ def distill(
     data: str | None = DATA,
     student: str | None = typer.Option(None, "--student", help="Student kind (bilstm)."),
     student_option: list[str] | None = typer.Option(
-        None, "--student-option", "-s", help="Student config field, key=value (repeatable)."),
+        None, "--student-option", "-s", help="Student config field, key=value (repeatable)."
+    ),
     loss: str | None = typer.Option(None, help="mse (Tang et al.) or kd (Hinton)."),
     temperature: float | None = typer.Option(None, help="Softmax temperature for kd."),
     ce_weight: float | None = typer.Option(None, help="Weight of gold-label CE, 0..1."),
@@ -146,18 +166,31 @@ def distill(
         raise EdgeKDError("no teacher given; pass --teacher DIR_OR_ID (see `edgekd teacher`)")
     cfg = validate(DistillConfig, raw, str(config or "options"))
     options = {**cfg.student_options, **parse_options(student_option)}
-    cfg = override(cfg, student=student, student_options=options, loss=loss,
-                   temperature=temperature, ce_weight=ce_weight, epochs=epochs,
-                   batch_size=batch_size, lr=lr, patience=patience, cache_dir=cache_dir,
-                   seed=seed)
-    cfg = with_data(cfg, **data_overrides(data, text_column, label_column, max_train, max_dev,
-                                          seed))
+    cfg = override(
+        cfg,
+        student=student,
+        student_options=options,
+        loss=loss,
+        temperature=temperature,
+        ce_weight=ce_weight,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        patience=patience,
+        cache_dir=cache_dir,
+        seed=seed,
+    )
+    cfg = with_data(
+        cfg, **data_overrides(data, text_column, label_column, max_train, max_dev, seed)
+    )
     from edgekd.distill.trainer import run_distill
 
     m = run_distill(cfg, out)
-    typer.echo(f"student: accuracy {m['student_accuracy']:.4f} (teacher "
-               f"{m['teacher_accuracy']:.4f}, agreement {m['agreement']:.4f}, "
-               f"{m['params']:,} params) → {out}")
+    typer.echo(
+        f"student: accuracy {m['student_accuracy']:.4f} (teacher "
+        f"{m['teacher_accuracy']:.4f}, agreement {m['agreement']:.4f}, "
+        f"{m['params']:,} params) → {out}"
+    )
 
 
 @app.command("eval")
@@ -177,8 +210,9 @@ def eval_(
     from edgekd.predict import load_predictor, score
     from edgekd.teacher import align_labels
 
-    task = load_task(DataConfig(spec=data, text_column=text_column, label_column=label_column,
-                                max_dev=max_dev))
+    task = load_task(
+        DataConfig(spec=data, text_column=text_column, label_column=label_column, max_dev=max_dev)
+    )
     predictor = load_predictor(model)
     task = align_labels(task, predictor.label_names)
     result = score(predictor, task.dev.texts, task.dev.labels)
@@ -195,8 +229,11 @@ def export(
     student_dir: Path = typer.Argument(..., help="Student folder from `edgekd distill`."),
     out: Path = typer.Option(..., "--out", help="Folder for the ONNX models."),
     int8: bool = typer.Option(False, "--int8", help="Also write a dynamic int8 model."),
-    data: str | None = typer.Option(None, "--data", help="Re-score on this data's dev split "
-                                    "(default: the data the student was distilled on)."),
+    data: str | None = typer.Option(
+        None,
+        "--data",
+        help="Re-score on this data's dev split (default: the data the student was distilled on).",
+    ),
     atol: float | None = typer.Option(None, help="Max |ONNX − PyTorch| logit difference."),
     opset: int | None = typer.Option(None),
 ) -> None:
@@ -212,10 +249,14 @@ def export(
         data_cfg = override(data_cfg or DataConfig(), spec=data)
     r = run_export(student_dir, out, cfg, data_cfg)
     for name, m in r["models"].items():
-        typer.echo(f"{name}: {m['path']} {m['bytes']:,} B, accuracy {m['accuracy']:.4f}, "
-                   f"agreement with PyTorch {m['agreement']:.4f}")
-    typer.echo(f"validated at atol {r['atol']:.0e} (max diff "
-               f"{r['models']['fp32']['max_abs_diff']:.1e}) → {out}")
+        typer.echo(
+            f"{name}: {m['path']} {m['bytes']:,} B, accuracy {m['accuracy']:.4f}, "
+            f"agreement with PyTorch {m['agreement']:.4f}"
+        )
+    typer.echo(
+        f"validated at atol {r['atol']:.0e} (max diff "
+        f"{r['models']['fp32']['max_abs_diff']:.1e}) → {out}"
+    )
 
 
 @app.command()
@@ -250,19 +291,26 @@ def print_profile(r: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{Path(r['model']).name} on {r['device']} ({r['cpu']}), "
-                        f"{r['threads']} thread(s), batch 1, seq {r['seq_len']}")
+    table = Table(
+        title=f"{Path(r['model']).name} on {r['device']} ({r['cpu']}), "
+        f"{r['threads']} thread(s), batch 1, seq {r['seq_len']}"
+    )
     for col in ("", "p50 ms", "p90 ms", "p99 ms", "mean ms", "per s"):
         table.add_column(col, justify="right")
     rows = [("infer", r)]
     if "end_to_end" in r:
         rows.append(("tokenize+infer", r["end_to_end"]))
     for name, m in rows:
-        table.add_row(name, *(f"{m[k]:.3f}" for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")),
-                      f"{m['throughput_per_s']:.0f}")
+        table.add_row(
+            name,
+            *(f"{m[k]:.3f}" for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")),
+            f"{m['throughput_per_s']:.0f}",
+        )
     Console().print(table)
-    typer.echo(f"load {r['load_ms']:.1f} ms, peak RSS {r['peak_rss_mb']:.1f} MB, "
-               f"file {r['bytes']:,} B, onnxruntime {r['onnxruntime']}")
+    typer.echo(
+        f"load {r['load_ms']:.1f} ms, peak RSS {r['peak_rss_mb']:.1f} MB, "
+        f"file {r['bytes']:,} B, onnxruntime {r['onnxruntime']}"
+    )
 
 
 @app.command()
@@ -270,8 +318,9 @@ def print_profile(r: dict[str, Any]) -> None:
 def check(
     artifacts: list[Path] = typer.Argument(..., help="Artifact folders (export, profiles)."),
     budget: Path = typer.Option(..., "--budget", help="Budget YAML."),
-    json_out: str | None = typer.Option(None, "--json", help="Write results as JSON ('-': "
-                                        "stdout)."),
+    json_out: str | None = typer.Option(
+        None, "--json", help="Write results as JSON ('-': stdout)."
+    ),
 ) -> None:
     """Check measured metrics against a budget: exit 0 if all hold, 1 if any fails."""
     from edgekd.budget import collect_metrics, evaluate, load_budget
@@ -279,8 +328,12 @@ def check(
     b = load_budget(budget)
     results = evaluate(b, collect_metrics(artifacts, b))
     failed = [r for r in results if not r.passed]
-    payload = {"budget": str(budget), "model": b.model, "passed": not failed,
-               "limits": [r.to_dict() for r in results]}
+    payload = {
+        "budget": str(budget),
+        "model": b.model,
+        "passed": not failed,
+        "limits": [r.to_dict() for r in results],
+    }
     if json_out == "-":
         typer.echo(json.dumps(payload, indent=2))
     else:
@@ -302,8 +355,12 @@ def print_check(results: list[Any], model: str) -> None:
     for r in results:
         measured = "—" if r.measured is None else f"{r.measured:,.4g} {r.unit}".strip()
         style = "green" if r.passed else "bold red"
-        table.add_row(r.limit, f"{r.op} {r.threshold:,.4g} {r.unit}".strip(), measured,
-                      f"[{style}]{r.status}[/]")
+        table.add_row(
+            r.limit,
+            f"{r.op} {r.threshold:,.4g} {r.unit}".strip(),
+            measured,
+            f"[{style}]{r.status}[/]",
+        )
     Console().print(table)
 
 
@@ -323,7 +380,8 @@ def devices() -> None:
 def quickstart(
     data: str = typer.Option("glue/sst2", "--data", help="HF dataset or local copy."),
     teacher: str | None = typer.Option(
-        None, "--teacher", help="Fine-tuned classifier; default: fine-tune the packaged MiniLM."),
+        None, "--teacher", help="Fine-tuned classifier; default: fine-tune the packaged MiniLM."
+    ),
     out: Path = typer.Option(Path("runs/quickstart"), "--out", help="Folder for every stage."),
     max_train: int = typer.Option(20_000, help="Training rows for the student."),
     teacher_max_train: int = typer.Option(4_000, help="Rows to fine-tune a teacher on."),

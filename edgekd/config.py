@@ -25,7 +25,7 @@ class StrictModel(BaseModel):
 class DataConfig(StrictModel):
     spec: str = Field(
         "glue/sst2",
-        description="Hugging Face dataset (`name[/config]`) or a local file/folder (TSV, CSV, JSONL).",
+        description="HF dataset (`name[/config]`) or a local file/folder (TSV, CSV, JSONL).",
     )
     text_column: str | None = Field(None, description="Text column; auto-detected when unset.")
     label_column: str | None = Field(None, description="Label column; auto-detected when unset.")
@@ -120,4 +120,3 @@ def save_config(cfg: BaseModel, path: str | Path) -> None:
     from edgekd.io import atomic_write_text
 
     atomic_write_text(path, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-

@@ -77,13 +77,18 @@ class RawSplit:
         return f"{self.origin} row {i + self.first_row}"
 
 
-def _pick(columns: list[str], wanted: str | None, candidates: tuple[str, ...], what: str,
-          flag: str, origin: str) -> str:
+def _pick(
+    columns: list[str],
+    wanted: str | None,
+    candidates: tuple[str, ...],
+    what: str,
+    flag: str,
+    origin: str,
+) -> str:
     if wanted is not None:
         if wanted not in columns:
             raise EdgeKDError(
-                f"{origin} has no column {wanted!r} (columns: {', '.join(columns)}); "
-                f"fix {flag}"
+                f"{origin} has no column {wanted!r} (columns: {', '.join(columns)}); fix {flag}"
             )
         return wanted
     lowered = {c.lower(): c for c in columns}
@@ -99,9 +104,11 @@ def _pick(columns: list[str], wanted: str | None, candidates: tuple[str, ...], w
 def _read_delimited(path: Path, cfg: DataConfig) -> RawSplit:
     delimiter = "\t" if path.suffix == ".tsv" else ","
     with open(path, encoding="utf-8", newline="") as f:
-        # GLUE TSVs contain bare quotes inside sentences: read them literally.
-        quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
-        rows = [r for r in csv.reader(f, delimiter=delimiter, quoting=quoting) if r]
+        if delimiter == "\t":  # GLUE TSVs hold bare quotes inside sentences: read literally
+            reader = csv.reader(f, delimiter=delimiter, quoting=csv.QUOTE_NONE)
+        else:
+            reader = csv.reader(f, delimiter=delimiter)
+        rows = [r for r in reader if r]
     if not rows:
         raise EdgeKDError(f"{path} is empty; give a file with a header and at least one row")
     head = [c.strip() for c in rows[0]]
@@ -217,9 +224,7 @@ def _from_hf(dd: Any, cfg: DataConfig, origin: str) -> tuple[RawSplit, RawSplit 
         cols = list(ds.column_names)
         where = f"{origin}[{split}]"
         text_col = _pick(cols, cfg.text_column, TEXT_COLUMNS, "text", "--text-column", where)
-        label_col = _pick(
-            cols, cfg.label_column, LABEL_COLUMNS, "label", "--label-column", where
-        )
+        label_col = _pick(cols, cfg.label_column, LABEL_COLUMNS, "label", "--label-column", where)
         feature = ds.features[label_col]
         names = list(feature.names) if hasattr(feature, "names") else None
         return RawSplit(list(ds[text_col]), list(ds[label_col]), where, names, first_row=0)

@@ -44,21 +44,26 @@ class OnnxPredictor:
         if meta_path.is_file():  # an edgekd export
             meta = json.loads(meta_path.read_text())
             self.label_names = list(meta["id2label"])
-            self.tokenizer = StudentTokenizer.load(folder, meta["max_length"],
-                                                   meta.get("add_special_tokens", False))
+            self.tokenizer = StudentTokenizer.load(
+                folder, meta["max_length"], meta.get("add_special_tokens", False)
+            )
         elif (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file():
             config = json.loads((folder / "config.json").read_text())  # an HF/optimum export
             id2label = config.get("id2label") or {}
             self.label_names = [str(id2label.get(str(i), i)) for i in range(len(id2label))]
             self.tokenizer = StudentTokenizer(
-                Tokenizer.from_file(str(folder / "tokenizer.json")), HF_MAX_LENGTH, True)
+                Tokenizer.from_file(str(folder / "tokenizer.json")), HF_MAX_LENGTH, True
+            )
         else:
-            raise EdgeKDError(f"{path}: no {STUDENT_FILE} or config.json + tokenizer.json beside "
-                              "it; export with `edgekd export` or optimum")
+            raise EdgeKDError(
+                f"{path}: no {STUDENT_FILE} or config.json + tokenizer.json beside "
+                "it; export with `edgekd export` or optimum"
+            )
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
-        self.session = ort.InferenceSession(str(self.path), options,
-                                            providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(
+            str(self.path), options, providers=["CPUExecutionProvider"]
+        )
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.batch_size = batch_size
 
@@ -115,12 +120,15 @@ def load_predictor(target: str | Path) -> Predictor:
     return TeacherPredictor(str(target))
 
 
-def score(predictor: Predictor, texts: list[str], labels: list[int],
-          reference: np.ndarray | None = None) -> dict[str, Any]:
+def score(
+    predictor: Predictor, texts: list[str], labels: list[int], reference: np.ndarray | None = None
+) -> dict[str, Any]:
     """Accuracy on gold `labels`, and agreement with `reference` predictions if given."""
     pred = predictor.logits(texts).argmax(1)
-    result: dict[str, Any] = {"accuracy": float((pred == np.array(labels)).mean()),
-                              "n": len(labels)}
+    result: dict[str, Any] = {
+        "accuracy": float((pred == np.array(labels)).mean()),
+        "n": len(labels),
+    }
     if reference is not None:
         result["agreement"] = float((pred == reference).mean())
     result["predictions"] = pred

@@ -23,8 +23,15 @@ QUICKSTART_BUDGET = Budget(model="int8", threads=1, max_int8_drop=0.01, max_drop
 PROFILE_RUNS = 200
 
 
-def run_quickstart(data: str, teacher: str | None, out: Path, max_train: int,
-                   teacher_max_train: int, epochs: int, seed: int) -> int:
+def run_quickstart(
+    data: str,
+    teacher: str | None,
+    out: Path,
+    max_train: int,
+    teacher_max_train: int,
+    epochs: int,
+    seed: int,
+) -> int:
     """Run every stage into `out`; print the summary table; return the check's exit code."""
     from rich.table import Table
 
@@ -43,8 +50,9 @@ def run_quickstart(data: str, teacher: str | None, out: Path, max_train: int,
 
     if teacher is None:
         console.rule("1/5 teacher: fine-tune the packaged MiniLM")
-        tcfg = TeacherConfig(data=data_cfg.model_copy(update={"max_train": teacher_max_train}),
-                             epochs=2, seed=seed)
+        tcfg = TeacherConfig(
+            data=data_cfg.model_copy(update={"max_train": teacher_max_train}), epochs=2, seed=seed
+        )
         teacher_dir = out / "teacher"
         with atomic_dir(teacher_dir) as tmp:
             metrics = finetune(tcfg, load_task(tcfg.data), tmp)
@@ -55,8 +63,12 @@ def run_quickstart(data: str, teacher: str | None, out: Path, max_train: int,
         console.rule("1/5 teacher: given")
 
     console.rule("2/5 distill a BiLSTM student")
-    dcfg = DistillConfig(teacher=teacher, data=data_cfg.model_copy(update={"max_train": max_train}),
-                         epochs=epochs, seed=seed)
+    dcfg = DistillConfig(
+        teacher=teacher,
+        data=data_cfg.model_copy(update={"max_train": max_train}),
+        epochs=epochs,
+        seed=seed,
+    )
     run_distill(dcfg, out / "student")
 
     console.rule("3/5 export: ONNX fp32 + int8, teacher ONNX")
@@ -76,8 +88,15 @@ def run_quickstart(data: str, teacher: str | None, out: Path, max_train: int,
         prof = profile_model(path, threads=1, runs=PROFILE_RUNS, texts=dev.texts)
         print_profile(prof)
         write_json(path.parent / f"profile-{path.stem}.json", prof)
-        rows.append({"model": name, "accuracy": acc, "bytes": prof["bytes"], **{
-            k: prof[k] for k in ("p50_ms", "p90_ms")}, "e2e_p50_ms": prof["end_to_end"]["p50_ms"]})
+        rows.append(
+            {
+                "model": name,
+                "accuracy": acc,
+                "bytes": prof["bytes"],
+                **{k: prof[k] for k in ("p50_ms", "p90_ms")},
+                "e2e_p50_ms": prof["end_to_end"]["p50_ms"],
+            }
+        )
 
     console.rule("5/5 budget check")
     budget_path = out / "budget.yaml"
@@ -87,15 +106,36 @@ def run_quickstart(data: str, teacher: str | None, out: Path, max_train: int,
 
     base = rows[0]
     table = Table(title=f"edgekd quickstart on {data} ({len(dev)} dev rows, 1 thread, batch 1)")
-    for col in ("model", "accuracy", "bytes", "p50 ms", "p90 ms", "tokenize+infer p50 ms",
-                "smaller", "faster"):
+    for col in (
+        "model",
+        "accuracy",
+        "bytes",
+        "p50 ms",
+        "p90 ms",
+        "tokenize+infer p50 ms",
+        "smaller",
+        "faster",
+    ):
         table.add_column(col, justify="right" if col != "model" else "left")
     for r in rows:
-        table.add_row(r["model"], f"{r['accuracy']:.4f}", f"{r['bytes']:,}", f"{r['p50_ms']:.3f}",
-                      f"{r['p90_ms']:.3f}", f"{r['e2e_p50_ms']:.3f}",
-                      f"{base['bytes'] / r['bytes']:.1f}×", f"{base['p50_ms'] / r['p50_ms']:.1f}×")
+        table.add_row(
+            r["model"],
+            f"{r['accuracy']:.4f}",
+            f"{r['bytes']:,}",
+            f"{r['p50_ms']:.3f}",
+            f"{r['p90_ms']:.3f}",
+            f"{r['e2e_p50_ms']:.3f}",
+            f"{base['bytes'] / r['bytes']:.1f}×",
+            f"{base['p50_ms'] / r['p50_ms']:.1f}×",
+        )
     console.print(table)
-    write_json(out / "quickstart.json", {"rows": rows, "seconds": time.perf_counter() - start,
-                                         "budget": [r.to_dict() for r in results]})
+    write_json(
+        out / "quickstart.json",
+        {
+            "rows": rows,
+            "seconds": time.perf_counter() - start,
+            "budget": [r.to_dict() for r in results],
+        },
+    )
     console.print(f"artifacts in {out}; total {time.perf_counter() - start:.0f} s")
     return 0 if all(r.passed for r in results) else 1

@@ -50,9 +50,7 @@ class Registry(Generic[T]):
 
 # The built-ins. Adding a kind of student, loss, exporter or device is one file plus
 # one line here (or a `register` call from user code).
-STUDENTS: Registry[Any] = Registry(
-    "student", {"bilstm": "edgekd.students.bilstm:BiLSTMStudent"}
-)
+STUDENTS: Registry[Any] = Registry("student", {"bilstm": "edgekd.students.bilstm:BiLSTMStudent"})
 LOSSES: Registry[Any] = Registry(
     "loss",
     {"mse": "edgekd.distill.losses:LogitMSELoss", "kd": "edgekd.distill.losses:HintonKDLoss"},

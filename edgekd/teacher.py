@@ -90,8 +90,11 @@ def align_labels(task: TaskData, teacher_names: list[str]) -> TaskData:
         )
     # Generic teacher names (LABEL_0...) carry no meaning: keep the data's names then.
     generic = all(n.upper().startswith("LABEL_") for n in teacher_names)
-    names = [task.label_names[mapping.index(i)] for i in range(len(mapping))] if generic \
+    names = (
+        [task.label_names[mapping.index(i)] for i in range(len(mapping))]
+        if generic
         else teacher_names
+    )
 
     def remap(split: Split) -> Split:
         return Split(split.texts, [mapping[y] for y in split.labels])
@@ -105,20 +108,32 @@ def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def teacher_logits(model: Any, tokenizer: Any, texts: list[str], batch_size: int = 64,
-                   max_length: int = 128, description: str = "teacher logits") -> np.ndarray:
+def teacher_logits(
+    model: Any,
+    tokenizer: Any,
+    texts: list[str],
+    batch_size: int = 64,
+    max_length: int = 128,
+    description: str = "teacher logits",
+) -> np.ndarray:
     """Logits (N × C, float32) for `texts`, in their order, with a progress bar."""
     import torch
 
-    lengths = [len(x) for x in tokenizer(texts, truncation=True, max_length=max_length)[
-        "input_ids"]]
+    lengths = [
+        len(x) for x in tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+    ]
     out = np.zeros((len(texts), model.config.num_labels), dtype=np.float32)
     start = time.perf_counter()
     with progress_bar() as bar, torch.inference_mode():
         task = bar.add_task(description, total=len(texts), rate="")
         for idx in length_sorted_batches(lengths, batch_size):
-            enc = tokenizer([texts[i] for i in idx], truncation=True, max_length=max_length,
-                            padding=True, return_tensors="pt")
+            enc = tokenizer(
+                [texts[i] for i in idx],
+                truncation=True,
+                max_length=max_length,
+                padding=True,
+                return_tensors="pt",
+            )
             out[idx] = model(**enc).logits.float().numpy()
             done = bar.tasks[task].completed + len(idx)
             rate = done / max(time.perf_counter() - start, 1e-9)
@@ -147,8 +162,11 @@ def finetune(cfg: TeacherConfig, task: TaskData, out_dir: Path) -> dict[str, Any
     try:
         tokenizer = AutoTokenizer.from_pretrained(base, use_fast=True)
         model = AutoModelForSequenceClassification.from_pretrained(
-            base, num_labels=task.num_labels, id2label=id2label,
-            label2id={v: k for k, v in id2label.items()}, dtype=torch.float32,
+            base,
+            num_labels=task.num_labels,
+            id2label=id2label,
+            label2id={v: k for k, v in id2label.items()},
+            dtype=torch.float32,
             ignore_mismatched_sizes=True,
         )
     except (OSError, ValueError) as e:
@@ -162,17 +180,26 @@ def finetune(cfg: TeacherConfig, task: TaskData, out_dir: Path) -> dict[str, Any
     total_steps = max(1, int(steps_per_epoch * cfg.epochs))
     decay = [p for n, p in model.named_parameters() if not n.endswith(("bias", "LayerNorm.weight"))]
     no_decay = [p for n, p in model.named_parameters() if n.endswith(("bias", "LayerNorm.weight"))]
-    optim = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                               {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
-    sched = get_linear_schedule_with_warmup(optim, int(cfg.warmup_ratio * total_steps),
-                                            total_steps)
+    optim = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": cfg.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=cfg.lr,
+    )
+    sched = get_linear_schedule_with_warmup(optim, int(cfg.warmup_ratio * total_steps), total_steps)
     model, optim = accelerator.prepare(model, optim)
     gen = torch.Generator().manual_seed(cfg.seed)
 
     def dev_accuracy() -> float:
         model.eval()
-        logits = teacher_logits(accelerator.unwrap_model(model), tokenizer, task.dev.texts,
-                                max_length=cfg.max_length, description="dev eval")
+        logits = teacher_logits(
+            accelerator.unwrap_model(model),
+            tokenizer,
+            task.dev.texts,
+            max_length=cfg.max_length,
+            description="dev eval",
+        )
         model.train()
         return float((logits.argmax(1) == np.array(task.dev.labels)).mean())
 
@@ -185,8 +212,13 @@ def finetune(cfg: TeacherConfig, task: TaskData, out_dir: Path) -> dict[str, Any
         while step < total_steps:
             for batch_idx in torch.randperm(len(texts), generator=gen).split(cfg.batch_size):
                 idx = batch_idx.tolist()
-                enc = tokenizer([texts[i] for i in idx], truncation=True,
-                                max_length=cfg.max_length, padding=True, return_tensors="pt")
+                enc = tokenizer(
+                    [texts[i] for i in idx],
+                    truncation=True,
+                    max_length=cfg.max_length,
+                    padding=True,
+                    return_tensors="pt",
+                )
                 enc = {k: v.to(accelerator.device) for k, v in enc.items()}
                 y = torch.tensor([labels[i] for i in idx], device=accelerator.device)
                 loss = torch.nn.functional.cross_entropy(model(**enc).logits, y)
@@ -202,8 +234,10 @@ def finetune(cfg: TeacherConfig, task: TaskData, out_dir: Path) -> dict[str, Any
                     history.append({"step": step, "dev_accuracy": acc})
                     if acc > best:
                         best, best_step = acc, step
-                        best_state = {k: v.detach().clone() for k, v in
-                                      accelerator.unwrap_model(model).state_dict().items()}
+                        best_state = {
+                            k: v.detach().clone()
+                            for k, v in accelerator.unwrap_model(model).state_dict().items()
+                        }
                 if step >= total_steps:
                     break
     final = accelerator.unwrap_model(model)

@@ -36,8 +36,9 @@ class Exporter:
         with torch.inference_mode():
             return model(**{k: torch.from_numpy(v) for k, v in inputs.items()}).float().numpy()
 
-    def export(self, model: Any, path: Path, check_inputs: list[dict[str, np.ndarray]]
-               | None = None) -> float:
+    def export(
+        self, model: Any, path: Path, check_inputs: list[dict[str, np.ndarray]] | None = None
+    ) -> float:
         """Write `path` and return the max |ONNX − PyTorch| over all check inputs."""
         self._export(model, path)
         return self.validate(model, path, check_inputs)
@@ -45,8 +46,9 @@ class Exporter:
     def _export(self, model: Any, path: Path) -> None:
         raise NotImplementedError
 
-    def validate(self, model: Any, path: Path,
-                 check_inputs: list[dict[str, np.ndarray]] | None = None) -> float:
+    def validate(
+        self, model: Any, path: Path, check_inputs: list[dict[str, np.ndarray]] | None = None
+    ) -> float:
         import onnxruntime as ort
 
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -55,8 +57,10 @@ class Exporter:
             got = session.run(None, inputs)[0]
             want = self.torch_logits(model, inputs)
             if got.shape != want.shape:
-                raise EdgeKDError(f"ONNX output shape {got.shape} != PyTorch {want.shape}; "
-                                  "this is an exporter bug, please report it")
+                raise EdgeKDError(
+                    f"ONNX output shape {got.shape} != PyTorch {want.shape}; "
+                    "this is an exporter bug, please report it"
+                )
             worst = max(worst, float(np.abs(got - want).max()))
         if worst > self.atol:
             raise EdgeKDError(

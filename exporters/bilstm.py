@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from edgekd.exporters.base import Exporter
 
 class BiLSTMExporter(Exporter):
     input_names = ("input_ids", "attention_mask")
-    dynamic_axes = {
+    dynamic_axes: ClassVar[dict[str, dict[int, str]]] = {
         "input_ids": {0: "batch", 1: "sequence"},
         "attention_mask": {0: "batch", 1: "sequence"},
         "logits": {0: "batch"},

@@ -25,8 +25,8 @@ class DynamicInt8Quantizer(Quantizer):
     pairing onnxruntime's MatMulInteger/DynamicQuantizeLSTM kernels are fastest on
     for both AVX2 (u8×s8 via vpmaddubsw) and ARM64 (sdot/udot). Per-tensor scales:
     per-channel buys little for LSTM/MLP weights and is not supported by
-    DynamicQuantizeLSTM. The embedding table becomes an int8 Gather, cutting the
-    largest tensor 4×.
+    DynamicQuantizeLSTM. The embedding table becomes an 8-bit Gather (onnxruntime
+    stores it as uint8 with a zero point), cutting the largest tensor 4×.
     """
 
     name = "dynamic"
@@ -42,8 +42,12 @@ class DynamicInt8Quantizer(Quantizer):
         root.setLevel(logging.ERROR)
         try:
             quantize_dynamic(
-                str(src), str(dst), weight_type=QuantType.QInt8,
-                op_types_to_quantize=self.op_types, per_channel=False, reduce_range=False,
+                str(src),
+                str(dst),
+                weight_type=QuantType.QInt8,
+                op_types_to_quantize=self.op_types,
+                per_channel=False,
+                reduce_range=False,
             )
         finally:
             root.setLevel(level)

@@ -25,8 +25,9 @@ def student_data_config(student_dir: Path) -> DataConfig | None:
     return validate(DistillConfig, load_yaml(path), str(path)).data
 
 
-def run_export(student_dir: str | Path, out_dir: str | Path, cfg: ExportConfig,
-               data: DataConfig | None = None) -> dict[str, Any]:
+def run_export(
+    student_dir: str | Path, out_dir: str | Path, cfg: ExportConfig, data: DataConfig | None = None
+) -> dict[str, Any]:
     """Export, validate, quantize and re-score; write `export.json` and return it."""
     from edgekd.predict import OnnxPredictor, StudentPredictor, score
     from edgekd.teacher import align_labels
@@ -61,14 +62,22 @@ def run_export(student_dir: str | Path, out_dir: str | Path, cfg: ExportConfig,
         report["student_accuracy"] = ref["accuracy"]
         for name, entry in report["models"].items():
             path = tmp / (FP32 if name == "fp32" else INT8)
-            result = score(OnnxPredictor(path), task.dev.texts, task.dev.labels,
-                           reference=ref["predictions"])
-            entry.update({"path": path.name, "bytes": tree_bytes(path),
-                          "accuracy": result["accuracy"], "agreement": result["agreement"]})
+            result = score(
+                OnnxPredictor(path), task.dev.texts, task.dev.labels, reference=ref["predictions"]
+            )
+            entry.update(
+                {
+                    "path": path.name,
+                    "bytes": tree_bytes(path),
+                    "accuracy": result["accuracy"],
+                    "agreement": result["agreement"],
+                }
+            )
         report["n_dev"] = len(task.dev)
         if "int8" in report["models"]:
-            report["int8_drop"] = report["models"]["fp32"]["accuracy"] - \
-                report["models"]["int8"]["accuracy"]
+            report["int8_drop"] = (
+                report["models"]["fp32"]["accuracy"] - report["models"]["int8"]["accuracy"]
+            )
         save_config(cfg, tmp / "config.yaml")
         write_json(tmp / "export.json", report)
     return report

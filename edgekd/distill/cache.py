@@ -43,18 +43,30 @@ def teacher_fingerprint(name_or_path: str, model: Any | None = None) -> str:
     return h.hexdigest()
 
 
-def cache_key(teacher_fp: str, texts: list[str], max_length: int, augmentation: str = "none") -> str:
+def cache_key(
+    teacher_fp: str, texts: list[str], max_length: int, augmentation: str = "none"
+) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps({"v": CACHE_VERSION, "teacher": teacher_fp, "max_length": max_length,
-                         "augmentation": augmentation, "n": len(texts)}).encode())
+    h.update(
+        json.dumps(
+            {
+                "v": CACHE_VERSION,
+                "teacher": teacher_fp,
+                "max_length": max_length,
+                "augmentation": augmentation,
+                "n": len(texts),
+            }
+        ).encode()
+    )
     for t in texts:
         h.update(t.encode("utf-8"))
         h.update(b"\x00")
     return h.hexdigest()[:32]
 
 
-def cached_logits(cache_dir: Path, key: str, compute: Callable[[], np.ndarray]
-                  ) -> tuple[np.ndarray, bool]:
+def cached_logits(
+    cache_dir: Path, key: str, compute: Callable[[], np.ndarray]
+) -> tuple[np.ndarray, bool]:
     """(logits, hit): load `key` from `cache_dir`, or compute and store it."""
     from safetensors.numpy import load_file, save_file
 

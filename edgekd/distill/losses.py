@@ -27,8 +27,9 @@ class DistillLoss:
     def distill_term(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def __call__(self, student: torch.Tensor, teacher: torch.Tensor,
-                 labels: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(
+        self, student: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor | None = None
+    ) -> torch.Tensor:
         loss = (1.0 - self.ce_weight) * self.distill_term(student, teacher)
         if self.ce_weight > 0 and labels is not None and bool((labels != NO_LABEL).any()):
             loss = loss + self.ce_weight * F.cross_entropy(student, labels, ignore_index=NO_LABEL)

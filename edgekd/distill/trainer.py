@@ -27,8 +27,12 @@ from edgekd.students.base import Student, save_student
 from edgekd.students.tokenizer import StudentTokenizer
 
 
-def label_with_teacher(cfg: DistillConfig, task: TaskData, teacher: Any, tokenizer: Any,
-                       ) -> tuple[np.ndarray, np.ndarray, dict[str, bool]]:
+def label_with_teacher(
+    cfg: DistillConfig,
+    task: TaskData,
+    teacher: Any,
+    tokenizer: Any,
+) -> tuple[np.ndarray, np.ndarray, dict[str, bool]]:
     """Teacher logits for train and dev, from the cache when the key matches."""
     from edgekd.teacher import teacher_logits
 
@@ -37,16 +41,26 @@ def label_with_teacher(cfg: DistillConfig, task: TaskData, teacher: Any, tokeniz
     out, hits = [], {}
     for name, split in (("train", task.train), ("dev", task.dev)):
         key = cache_key(fp, split.texts, cfg.teacher_max_length)
-        logits, hit = cached_logits(cache_dir, key, lambda s=split, n=name: teacher_logits(
-            teacher, tokenizer, s.texts, cfg.teacher_batch_size, cfg.teacher_max_length,
-            f"teacher logits ({n})"))
+        logits, hit = cached_logits(
+            cache_dir,
+            key,
+            lambda s=split, n=name: teacher_logits(
+                teacher,
+                tokenizer,
+                s.texts,
+                cfg.teacher_batch_size,
+                cfg.teacher_max_length,
+                f"teacher logits ({n})",
+            ),
+        )
         out.append(logits)
         hits[name] = hit
     return out[0], out[1], hits
 
 
-def predict_logits(model: torch.nn.Module, tok: StudentTokenizer, ids: list[list[int]],
-                   batch_size: int = 256) -> np.ndarray:
+def predict_logits(
+    model: torch.nn.Module, tok: StudentTokenizer, ids: list[list[int]], batch_size: int = 256
+) -> np.ndarray:
     """Student logits for pre-tokenized rows, batched by similar length."""
     from edgekd.teacher import length_sorted_batches
 
@@ -63,8 +77,14 @@ def predict_logits(model: torch.nn.Module, tok: StudentTokenizer, ids: list[list
     return out
 
 
-def train_student(cfg: DistillConfig, model: Student, tok: StudentTokenizer, task: TaskData,
-                  train_logits: np.ndarray, dev_logits: np.ndarray) -> dict[str, Any]:
+def train_student(
+    cfg: DistillConfig,
+    model: Student,
+    tok: StudentTokenizer,
+    task: TaskData,
+    train_logits: np.ndarray,
+    dev_logits: np.ndarray,
+) -> dict[str, Any]:
     """Fit `model` in place to `train_logits`; keep the best dev-accuracy epoch."""
     from accelerate import Accelerator, DataLoaderConfiguration
     from accelerate.utils import set_seed
@@ -84,8 +104,11 @@ def train_student(cfg: DistillConfig, model: Student, tok: StudentTokenizer, tas
         return {**enc, "teacher": soft[rows], "labels": labels[rows]}
 
     loader = torch.utils.data.DataLoader(
-        list(range(len(train_ids))), batch_size=cfg.batch_size, shuffle=True,
-        collate_fn=collate, generator=torch.Generator().manual_seed(cfg.seed),
+        list(range(len(train_ids))),
+        batch_size=cfg.batch_size,
+        shuffle=True,
+        collate_fn=collate,
+        generator=torch.Generator().manual_seed(cfg.seed),
     )
     optim = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     model, optim, loader = accelerator.prepare(model, optim, loader)
@@ -110,15 +133,22 @@ def train_student(cfg: DistillConfig, model: Student, tok: StudentTokenizer, tas
                 bar.update(job, advance=1, rate=f"epoch {epoch} loss {total / count:.4f}")
             pred = predict_logits(accelerator.unwrap_model(model), tok, dev_ids).argmax(1)
             acc = float((pred == dev_gold).mean())
-            history.append({"epoch": epoch, "train_loss": total / max(count, 1),
-                            "dev_accuracy": acc,
-                            "dev_agreement": float((pred == dev_teacher).mean())})
+            history.append(
+                {
+                    "epoch": epoch,
+                    "train_loss": total / max(count, 1),
+                    "dev_accuracy": acc,
+                    "dev_agreement": float((pred == dev_teacher).mean()),
+                }
+            )
             if acc > best_acc:
                 best_acc, best_epoch = acc, epoch
                 best_state = copy.deepcopy(accelerator.unwrap_model(model).state_dict())
             elif epoch - best_epoch >= cfg.patience:
-                console.print(f"early stop: no dev gain for {cfg.patience} epochs "
-                              f"(best epoch {best_epoch}, accuracy {best_acc:.4f})")
+                console.print(
+                    f"early stop: no dev gain for {cfg.patience} epochs "
+                    f"(best epoch {best_epoch}, accuracy {best_acc:.4f})"
+                )
                 break
     unwrapped = accelerator.unwrap_model(model)
     assert best_state is not None
@@ -150,10 +180,12 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
     t = time.perf_counter()
     try:
         student, tok = STUDENTS.get(cfg.student).prepare(
-            cfg.student_options, task.train.texts, task.num_labels, teacher, teacher_tok)
+            cfg.student_options, task.train.texts, task.num_labels, teacher, teacher_tok
+        )
     except (ValueError, TypeError) as e:  # pydantic errors are ValueErrors
-        raise EdgeKDError(f"student options {cfg.student_options}: "
-                          f"{str(e).splitlines()[0]}; fix --student-option") from None
+        raise EdgeKDError(
+            f"student options {cfg.student_options}: {str(e).splitlines()[0]}; fix --student-option"
+        ) from None
     del teacher  # the teacher is not needed past this point; free its memory
     seconds["prepare_student"] = time.perf_counter() - t
 

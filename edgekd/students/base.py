@@ -39,7 +39,11 @@ class Student(nn.Module):
 
     @classmethod
     def prepare(
-        cls, options: dict[str, Any], texts: list[str], num_labels: int, teacher: Any,
+        cls,
+        options: dict[str, Any],
+        texts: list[str],
+        num_labels: int,
+        teacher: Any,
         teacher_tokenizer: Any,
     ) -> tuple[Student, StudentTokenizer]:
         raise NotImplementedError
@@ -50,22 +54,26 @@ class Student(nn.Module):
         return {"params": total, "params_without_embeddings": total - emb}
 
 
-def save_student(folder: Path, model: Student, tokenizer: StudentTokenizer,
-                 id2label: list[str]) -> None:
+def save_student(
+    folder: Path, model: Student, tokenizer: StudentTokenizer, id2label: list[str]
+) -> None:
     from safetensors.torch import save_file
 
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(state, str(folder / "model.safetensors"))
     tokenizer.save(folder)
-    write_json(folder / STUDENT_FILE, {
-        "student": model.name,
-        "config": model.config.model_dump(mode="json"),
-        "vocab_size": model.vocab_size,
-        "num_labels": model.num_labels,
-        "id2label": id2label,
-        "max_length": tokenizer.max_length,
-        "add_special_tokens": tokenizer.add_special_tokens,
-    })
+    write_json(
+        folder / STUDENT_FILE,
+        {
+            "student": model.name,
+            "config": model.config.model_dump(mode="json"),
+            "vocab_size": model.vocab_size,
+            "num_labels": model.num_labels,
+            "id2label": id2label,
+            "max_length": tokenizer.max_length,
+            "add_special_tokens": tokenizer.add_special_tokens,
+        },
+    )
 
 
 def is_student_dir(path: Path) -> bool:
@@ -78,8 +86,10 @@ def load_student(folder: str | Path) -> tuple[Student, StudentTokenizer, list[st
 
     folder = Path(folder)
     if not is_student_dir(folder):
-        raise EdgeKDError(f"{folder} is not a student folder (no {STUDENT_FILE}); "
-                          "pass the --out folder of `edgekd distill`")
+        raise EdgeKDError(
+            f"{folder} is not a student folder (no {STUDENT_FILE}); "
+            "pass the --out folder of `edgekd distill`"
+        )
     meta = read_json(folder / STUDENT_FILE)
     cls = STUDENTS.get(meta["student"])
     model = cls(cls.Config(**meta["config"]), meta["vocab_size"], meta["num_labels"])
@@ -107,8 +117,9 @@ def project_rows(matrix: torch.Tensor, dim: int, seed: int = 0) -> torch.Tensor:
     return torch.cat([matrix, extra], dim=1)
 
 
-def teacher_rows_for(tokens: list[str], teacher: Any, teacher_tokenizer: Any,
-                     same_vocab: bool) -> torch.Tensor:
+def teacher_rows_for(
+    tokens: list[str], teacher: Any, teacher_tokenizer: Any, same_vocab: bool
+) -> torch.Tensor:
     """One teacher input-embedding row per student token.
 
     With the teacher's own vocabulary, rows are copied by id. With a word

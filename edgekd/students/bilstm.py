@@ -82,7 +82,11 @@ class BiLSTMStudent(Student):
 
     @classmethod
     def prepare(
-        cls, options: dict[str, Any], texts: list[str], num_labels: int, teacher: Any,
+        cls,
+        options: dict[str, Any],
+        texts: list[str],
+        num_labels: int,
+        teacher: Any,
         teacher_tokenizer: Any,
     ) -> tuple[BiLSTMStudent, StudentTokenizer]:
         config = BiLSTMConfig(**options)
@@ -98,7 +102,10 @@ class BiLSTMStudent(Student):
         model = cls(config, tok.vocab_size, num_labels)
         if config.init == "teacher" and teacher is not None:
             rows = teacher_rows_for(
-                vocab_tokens(tok), teacher, teacher_tokenizer, same_vocab=config.vocab == "wordpiece"
+                vocab_tokens(tok),
+                teacher,
+                teacher_tokenizer,
+                same_vocab=config.vocab == "wordpiece",
             )
             with torch.no_grad():
                 init = project_rows(rows, config.embedding_dim)

@@ -66,8 +66,9 @@ class StudentTokenizer:
 
     @classmethod
     def load(cls, folder: Path, max_length: int, add_special_tokens: bool = False):
-        return cls(Tokenizer.from_file(str(folder / "tokenizer.json")), max_length,
-                   add_special_tokens)
+        return cls(
+            Tokenizer.from_file(str(folder / "tokenizer.json")), max_length, add_special_tokens
+        )
 
 
 def word_pipeline(lowercase: bool) -> tuple[Any, Any]:

@@ -1,0 +1,108 @@
+"""Shared fixtures: a tiny random BERT classifier and a tiny labelled dataset, both
+built here (nothing downloaded), plus the path to ../shared when it is present."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+POSITIVE = ["good", "great", "fine", "love", "superb", "fun"]
+NEGATIVE = ["bad", "awful", "poor", "hate", "dull", "boring"]
+FILLER = ["the", "movie", "plot", "was", "a", "and", "film", "actors", "really", "very"]
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    if not (SHARED / "data" / "sst2" / "dev.tsv").is_file():
+        pytest.skip(f"../shared data not found at {SHARED}")
+    return SHARED
+
+
+def make_rows(n: int, seed: int) -> list[tuple[str, int]]:
+    """Sentences whose label is set by one sentiment word among filler words."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        label = rng.randint(0, 1)
+        words = rng.sample(FILLER, rng.randint(1, 6))
+        words.insert(rng.randint(0, len(words)), rng.choice(POSITIVE if label else NEGATIVE))
+        rows.append((" ".join(words), label))
+    return rows
+
+
+def write_tsv(path: Path, rows: list[tuple[str, int]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A GLUE-style folder: train.tsv (160 rows) and dev.tsv (40 rows)."""
+    folder = tmp_path_factory.mktemp("data")
+    write_tsv(folder / "train.tsv", make_rows(160, seed=1))
+    write_tsv(folder / "dev.tsv", make_rows(40, seed=2))
+    return folder
+
+
+def build_tiny_bert(folder: Path, classifier: bool = True, seed: int = 0) -> Path:
+    """A 2-layer, hidden-32 BERT with a WordPiece vocabulary of the test words."""
+    import torch
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        BertModel,
+        BertTokenizerFast,
+    )
+
+    folder.mkdir(parents=True, exist_ok=True)
+    words = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        *FILLER,
+        *POSITIVE,
+        *NEGATIVE,
+        "##s",
+        "##ly",
+        "x",
+        "y",
+        "z",
+    ]
+    (folder / "vocab.txt").write_text("\n".join(words) + "\n")
+    tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
+    config = BertConfig(
+        vocab_size=len(words),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        num_labels=2,
+        id2label={0: "negative", 1: "positive"},
+        label2id={"negative": 0, "positive": 1},
+    )
+    torch.manual_seed(seed)
+    # A bare encoder stands in for a pretrained base like the packaged MiniLM.
+    model = BertForSequenceClassification(config) if classifier else BertModel(config)
+    model.save_pretrained(folder, safe_serialization=True)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_bert(tmp_path_factory.mktemp("teacher"))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test gets its own teacher-logit cache, never the user's."""
+    monkeypatch.setenv("EDGEKD_CACHE", str(tmp_path / "cache"))

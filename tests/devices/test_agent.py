@@ -1,0 +1,91 @@
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from edgekd.devices import agent
+from edgekd.devices.base import AGENT, load_spec
+from edgekd.devices.profile import profile_model
+from edgekd.errors import EdgeKDError
+
+KEYS = {
+    "p50_ms",
+    "p90_ms",
+    "p99_ms",
+    "mean_ms",
+    "min_ms",
+    "stdev_ms",
+    "throughput_per_s",
+    "load_ms",
+    "peak_rss_mb",
+    "runs",
+    "threads",
+    "onnxruntime",
+    "cpu",
+    "bytes",
+}
+
+
+def identity_model(path):
+    x = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])
+    y = helper.make_tensor_value_info("logits", TensorProto.INT64, ["batch", "seq"])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["input_ids"], ["logits"])], "g", [x], [y]
+    )
+    # IR 10: onnx 1.23 writes IR 14 by default, newer than onnxruntime 1.31 reads (13).
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_percentile_interpolates_linearly():
+    s = [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert agent.percentile(s, 50) == 3.0
+    assert agent.percentile(s, 90) == pytest.approx(4.6)  # index 3.6 → 4 + 0.6·(5-4)
+    assert agent.percentile([7.0], 99) == 7.0
+
+
+def test_agent_script_prints_full_json_schema(tmp_path):
+    model = identity_model(tmp_path / "id.onnx")
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(AGENT),
+            "--model",
+            str(model),
+            "--runs",
+            "20",
+            "--warmup",
+            "2",
+            "--seq-len",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    r = json.loads(out.stdout)
+    assert set(r) >= KEYS
+    assert r["runs"] == 20 and r["min_ms"] <= r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"]
+
+
+def test_profile_model_runs_local_cpu_with_end_to_end(tmp_path, tiny_teacher):
+    from edgekd.exporters.teacher import export_teacher
+
+    onnx_path = export_teacher(str(tiny_teacher), tmp_path / "t")
+    r = profile_model(onnx_path, runs=10, warmup=2, seq_len=16, texts=["good movie", "bad"])
+    assert r["device"] == "local-cpu" and r["end_to_end"]["p50_ms"] > 0
+    assert np.isfinite(r["p90_ms"])
+
+
+def test_load_spec_lists_valid_devices_when_unknown(tmp_path):
+    with pytest.raises(EdgeKDError, match="valid names: local-cpu"):
+        load_spec("toaster")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nrunner: pigeon\n")
+    with pytest.raises(EdgeKDError, match="unknown device runner 'pigeon'; valid names: local"):
+        load_spec(str(bad))

@@ -1,0 +1,38 @@
+import numpy as np
+
+from edgekd.distill.cache import cache_key, cached_logits, teacher_fingerprint
+
+
+def test_cache_key_changes_with_texts_length_and_augmentation():
+    base = cache_key("fp", ["a", "b"], 64)
+    assert base == cache_key("fp", ["a", "b"], 64)
+    assert base != cache_key("fp", ["ab"], 64)  # separators keep texts apart
+    assert base != cache_key("fp", ["a", "b"], 128)
+    assert base != cache_key("fp2", ["a", "b"], 64)
+    assert base != cache_key("fp", ["a", "b"], 64, augmentation="tang")
+
+
+def test_cached_logits_computes_once_then_loads(tmp_path):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return np.arange(6, dtype=np.float32).reshape(3, 2)
+
+    first, hit1 = cached_logits(tmp_path, "k", compute)
+    second, hit2 = cached_logits(tmp_path, "k", compute)
+    assert (hit1, hit2) == (False, True) and len(calls) == 1
+    np.testing.assert_array_equal(first, second)
+    assert [p.suffix for p in tmp_path.iterdir()] == [".safetensors"]
+
+
+def test_teacher_fingerprint_follows_weights_not_notes(tiny_teacher, tmp_path):
+    import shutil
+
+    copy = tmp_path / "t"
+    shutil.copytree(tiny_teacher, copy)
+    fp = teacher_fingerprint(str(copy))
+    (copy / "README.md").write_text("notes")
+    assert teacher_fingerprint(str(copy)) == fp
+    (copy / "config.json").write_text((copy / "config.json").read_text() + " ")
+    assert teacher_fingerprint(str(copy)) != fp

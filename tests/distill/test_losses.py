@@ -1,0 +1,50 @@
+"""Golden values computed by hand, so a wrong formula cannot hide behind a fixture."""
+
+import math
+
+import pytest
+import torch
+
+from edgekd.distill.losses import NO_LABEL, HintonKDLoss, LogitMSELoss
+
+S = torch.tensor([[1.0, 2.0], [0.0, 0.0]])
+T = torch.tensor([[2.0, 0.0], [1.0, 1.0]])
+
+
+def test_logit_mse_sums_classes_and_averages_rows():
+    # row 1: (1-2)² + (2-0)² = 5; row 2: 1 + 1 = 2; mean = 3.5
+    assert LogitMSELoss()(S, T).item() == pytest.approx(3.5)
+
+
+def test_logit_mse_mixes_gold_ce_and_skips_unlabelled_rows():
+    # CE of row 1 with label 1: -log softmax([1,2])[1] = log(1 + e^-1) = 0.313262
+    ce = math.log(1 + math.exp(-1))
+    labels = torch.tensor([1, NO_LABEL])
+    got = LogitMSELoss(ce_weight=0.25)(S, T, labels).item()
+    assert got == pytest.approx(0.75 * 3.5 + 0.25 * ce, rel=1e-6)
+
+
+def test_hinton_kd_matches_hand_computed_kl_at_t2():
+    # T = 2: teacher row 1 → softmax([1, 0]) = [e/(e+1), 1/(e+1)] = [0.731059, 0.268941];
+    # student row 1 → softmax([0.5, 1]) = [0.377541, 0.622459].
+    # Row 2: both uniform → KL 0.
+    pt = [math.e / (math.e + 1), 1 / (math.e + 1)]
+    ps = [1 / (1 + math.exp(0.5)), math.exp(0.5) / (1 + math.exp(0.5))]
+    kl_row1 = sum(p * math.log(p / q) for p, q in zip(pt, ps, strict=True))
+    expected = (kl_row1 + 0.0) / 2 * 2**2  # batch mean, times T²
+    assert HintonKDLoss(temperature=2.0)(S, T).item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_hinton_kd_with_ce_weight_one_is_plain_cross_entropy():
+    labels = torch.tensor([0, 1])
+    # -log softmax([1,2])[0] = log(1+e) = 1.313262; -log softmax([0,0])[1] = log 2
+    expected = (math.log(1 + math.e) + math.log(2)) / 2
+    got = HintonKDLoss(ce_weight=1.0, temperature=4.0)(S, T, labels).item()
+    assert got == pytest.approx(expected, rel=1e-6)
+
+
+def test_losses_reject_bad_weights():
+    with pytest.raises(ValueError, match="ce_weight"):
+        LogitMSELoss(ce_weight=1.5)
+    with pytest.raises(ValueError, match="temperature"):
+        HintonKDLoss(temperature=0)

@@ -1,0 +1,69 @@
+import json
+
+import pytest
+from safetensors.torch import load_file
+
+from edgekd.config import DataConfig, DistillConfig
+from edgekd.distill.trainer import run_distill
+from edgekd.errors import EdgeKDError
+
+SMALL = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
+
+
+def cfg(teacher, data, **kw):
+    kw = {"epochs": 2, "batch_size": 16, "student_options": SMALL, **kw}
+    return DistillConfig(teacher=str(teacher), data=DataConfig(spec=str(data)), **kw)
+
+
+def test_run_distill_writes_student_folder_with_metrics(tiny_teacher, tiny_data, tmp_path):
+    m = run_distill(cfg(tiny_teacher, tiny_data), tmp_path / "s")
+    files = {p.name for p in (tmp_path / "s").iterdir()}
+    assert {
+        "model.safetensors",
+        "tokenizer.json",
+        "student.json",
+        "config.yaml",
+        "metrics.json",
+    } <= files
+    for key in ("teacher_accuracy", "student_accuracy", "agreement", "params"):
+        assert key in m
+    assert 0 <= m["agreement"] <= 1 and m["n_train"] == 160 and m["n_dev"] == 40
+    assert set(m["seconds"]) >= {"teacher_logits", "train"}
+    assert json.loads((tmp_path / "s" / "student.json").read_text())["id2label"] == [
+        "negative",
+        "positive",
+    ]
+
+
+def test_run_distill_same_seed_gives_identical_student(tiny_teacher, tiny_data, tmp_path):
+    run_distill(cfg(tiny_teacher, tiny_data, loss="kd", temperature=2.0), tmp_path / "a")
+    run_distill(cfg(tiny_teacher, tiny_data, loss="kd", temperature=2.0), tmp_path / "b")
+    run_distill(cfg(tiny_teacher, tiny_data, loss="kd", temperature=2.0, seed=1), tmp_path / "c")
+    a, b, c = (load_file(str(tmp_path / x / "model.safetensors")) for x in "abc")
+    assert all((a[k] == b[k]).all() for k in a)
+    assert any((a[k] != c[k]).any() for k in a)
+
+
+def test_run_distill_reuses_cached_teacher_logits(tiny_teacher, tiny_data, tmp_path):
+    first = run_distill(cfg(tiny_teacher, tiny_data), tmp_path / "a")
+    second = run_distill(cfg(tiny_teacher, tiny_data, epochs=1), tmp_path / "b")
+    assert first["cache_hits"] == {"train": False, "dev": False}
+    assert second["cache_hits"] == {"train": True, "dev": True}
+
+
+def test_run_distill_rejects_bare_encoder_and_leaves_nothing(tmp_path, tiny_data):
+    from conftest import build_tiny_bert
+
+    bare = build_tiny_bert(tmp_path / "bare", classifier=False)
+    with pytest.raises(EdgeKDError, match="not a fine-tuned sequence classifier"):
+        run_distill(cfg(bare, tiny_data), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_distill_rejects_label_count_mismatch(tiny_teacher, tmp_path):
+    (tmp_path / "d").mkdir()
+    rows = "sentence\tlabel\n" + "".join(f"w{i}\t{i % 3}\n" for i in range(9))
+    (tmp_path / "d" / "train.tsv").write_text(rows)
+    (tmp_path / "d" / "dev.tsv").write_text(rows)
+    with pytest.raises(EdgeKDError, match=r"teacher has 2 labels.*data has 3"):
+        run_distill(cfg(tiny_teacher, tmp_path / "d"), tmp_path / "out")

@@ -1,0 +1,86 @@
+import numpy as np
+import pytest
+import torch
+
+from edgekd.students.base import project_rows, teacher_rows_for
+from edgekd.students.bilstm import BiLSTMConfig, BiLSTMStudent
+from edgekd.students.tokenizer import build_word_tokenizer, vocab_tokens
+
+
+def tiny(pooling="max", vocab=50):
+    torch.manual_seed(0)
+    cfg = BiLSTMConfig(embedding_dim=8, hidden_size=8, mlp_size=8, pooling=pooling, dropout=0.0)
+    return BiLSTMStudent(cfg, vocab, 3).eval()
+
+
+@pytest.mark.parametrize("pooling", ["max", "last"])
+def test_bilstm_padded_row_equals_row_alone(pooling):
+    model = tiny(pooling)
+    ids = torch.tensor([[5, 6, 7, 8, 9], [3, 4, 0, 0, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        both = model(ids, mask)
+        alone = model(ids[1:, :2], mask[1:, :2])
+    assert both.shape == (2, 3)
+    torch.testing.assert_close(both[1:], alone, atol=1e-6, rtol=0)
+
+
+def test_word_tokenizer_keeps_frequent_words_and_maps_rest_to_unk():
+    tok = build_word_tokenizer(
+        ["the cat", "the dog", "The CAT!"], max_vocab=4, min_freq=1, lowercase=True, max_length=8
+    )
+    # the ×3, cat ×2, dog ×1: the cap of 4 leaves dog out.
+    assert vocab_tokens(tok) == ["[PAD]", "[UNK]", "the", "cat"]
+    assert tok.ids(["the cat dog"]) == [[2, 3, 1]]
+    tied = build_word_tokenizer(
+        ["b a", "a b"], max_vocab=10, min_freq=1, lowercase=True, max_length=8
+    )
+    assert vocab_tokens(tied) == ["[PAD]", "[UNK]", "a", "b"]  # ties broken alphabetically
+
+
+def test_word_tokenizer_splits_cjk_and_never_returns_empty_rows():
+    tok = build_word_tokenizer(
+        ["我爱电影", "good"], max_vocab=100, min_freq=1, lowercase=True, max_length=3
+    )
+    ids = tok.ids(["我爱电影", "   "])
+    assert len(ids[0]) == 3  # one token per CJK character, cut at max_length
+    assert ids[1] == [1]  # whitespace-only text becomes one [UNK]
+    enc = tok(["我爱", "good"])
+    assert enc["attention_mask"].tolist() == [[1, 1], [1, 0]]
+
+
+def test_project_rows_keeps_principal_directions_when_narrower():
+    g = torch.Generator().manual_seed(0)
+    # Variance concentrated in the first two columns: PCA to 2 must keep almost all of it.
+    m = torch.randn(200, 6, generator=g) * torch.tensor([10.0, 5.0, 0.1, 0.1, 0.1, 0.1])
+    p = project_rows(m, 2)
+    assert p.shape == (200, 2)
+    kept = p.var(0).sum() / (m - m.mean(0)).var(0).sum()
+    assert kept > 0.99
+    assert project_rows(m, 8).shape == (200, 8)
+
+
+def test_teacher_rows_for_word_is_mean_of_its_wordpieces(tiny_teacher):
+    from edgekd.teacher import load_teacher
+
+    teacher, ttok = load_teacher(str(tiny_teacher))
+    table = teacher.get_input_embeddings().weight.detach()
+    rows = teacher_rows_for(["[PAD]", "[UNK]", "goods", "movie"], teacher, ttok, same_vocab=False)
+    goods = ttok("goods", add_special_tokens=False)["input_ids"]
+    assert len(goods) == 2  # good + ##s
+    torch.testing.assert_close(rows[2], table[goods].mean(0))
+    torch.testing.assert_close(rows[3], table[ttok.convert_tokens_to_ids("movie")])
+    assert rows[0].abs().sum() == 0
+
+
+def test_prepare_wordpiece_student_copies_teacher_embeddings(tiny_teacher):
+    from edgekd.teacher import load_teacher
+
+    teacher, ttok = load_teacher(str(tiny_teacher))
+    model, tok = BiLSTMStudent.prepare(
+        {"vocab": "wordpiece", "embedding_dim": 32}, [], 2, teacher, ttok
+    )
+    assert tok.vocab_size == teacher.config.vocab_size
+    table = teacher.get_input_embeddings().weight.detach()
+    np.testing.assert_allclose(model.embedding.weight[5:].detach().numpy(), table[5:].numpy())
+    assert model.embedding.weight[0].abs().sum() == 0

@@ -1,0 +1,130 @@
+"""The CLI as a user drives it: one chain teacher → distill → export → profile → check."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from edgekd.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_help_imports_no_heavy_framework():
+    code = (
+        "import sys; from edgekd.cli import app; from typer.testing import CliRunner; "
+        "CliRunner().invoke(app, ['--help']); "
+        "print([m for m in ('torch', 'transformers', 'onnxruntime') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_cli_chain_teacher_distill_export_profile_check(tmp_path: Path, tiny_data: Path):
+    from conftest import build_tiny_bert
+
+    base = build_tiny_bert(tmp_path / "base", classifier=False)
+    r = invoke(
+        "teacher",
+        "--base",
+        base,
+        "--data",
+        tiny_data,
+        "--out",
+        tmp_path / "teacher",
+        "--epochs",
+        2,
+        "--batch-size",
+        16,
+        "--max-length",
+        16,
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "teacher" / "metrics.json").read_text())["dev_accuracy"] >= 0
+
+    r = invoke(
+        "distill",
+        "--teacher",
+        tmp_path / "teacher",
+        "--data",
+        tiny_data,
+        "--out",
+        tmp_path / "student",
+        "--epochs",
+        2,
+        "--batch-size",
+        16,
+        "-s",
+        "embedding_dim=16",
+        "-s",
+        "hidden_size=8",
+        "-s",
+        "mlp_size=16",
+        "--loss",
+        "kd",
+        "--ce-weight",
+        0.5,
+    )
+    assert r.exit_code == 0, r.output
+    resolved = yaml.safe_load((tmp_path / "student" / "config.yaml").read_text())
+    assert resolved["loss"] == "kd" and resolved["student_options"]["hidden_size"] == 8
+
+    r = invoke("export", tmp_path / "student", "--out", tmp_path / "export", "--int8")
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "export" / "export.json").read_text())
+    assert set(report["models"]) == {"fp32", "int8"}
+    assert report["models"]["fp32"]["agreement"] == 1.0  # fp32 ONNX = PyTorch on every row
+
+    r = invoke("eval", tmp_path / "export" / "model.int8.onnx", "--data", tiny_data)
+    assert r.exit_code == 0 and "on 40 dev rows" in r.output
+
+    r = invoke(
+        "profile",
+        tmp_path / "export" / "model.int8.onnx",
+        "--runs",
+        10,
+        "--warmup",
+        2,
+        "--data",
+        tiny_data,
+        "--json",
+        tmp_path / "export" / "profile-int8.json",
+    )
+    assert r.exit_code == 0, r.output
+    assert "tokenize+infer" in r.output
+
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("max_bytes: 100000000\nmax_p90_ms: 10000\nmax_int8_drop: 1.0\n")
+    r = invoke("check", "--budget", ok, tmp_path / "export", "--json", "-")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["passed"] is True
+
+    tight = tmp_path / "tight.yaml"
+    tight.write_text("max_bytes: 10\nmin_accuracy: 0.0\n")
+    r = invoke("check", "--budget", tight, tmp_path / "export")
+    assert r.exit_code == 1 and "FAIL" in r.output
+
+
+@pytest.mark.parametrize(
+    "args,code,message",
+    [
+        (["check", "--budget", "{tmp}/nope.yaml", "{tmp}"], 2, "does not exist"),
+        (["distill", "--out", "{tmp}/s"], 1, "no teacher given"),
+        (["distill", "--teacher", "x", "--out", "{tmp}/s", "-s", "oops"], 1, "not key=value"),
+        (["profile", "{tmp}/missing.onnx"], 1, "does not exist"),
+        (["profile", "{tmp}/missing.onnx", "--device", "toaster"], 1, "valid names: local-cpu"),
+    ],
+)
+def test_cli_bad_input_gives_one_line_error_and_exit_code(tmp_path, args, code, message):
+    r = runner.invoke(app, [a.format(tmp=tmp_path) for a in args])
+    assert r.exit_code == code
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert lines[-1].startswith("error:") and message in lines[-1]

@@ -1,0 +1,139 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from edgekd.config import DataConfig
+from edgekd.data import load_task
+from edgekd.errors import EdgeKDError
+
+
+def load(spec, **kw):
+    return load_task(DataConfig(spec=str(spec), **kw))
+
+
+def test_load_task_reads_glue_sst2_layout_when_shared_present(shared: Path):
+    task = load(shared / "data" / "sst2", max_train=500)
+    assert len(task.train) == 500 and len(task.dev) == 872
+    assert task.label_names == ["0", "1"]
+    assert task.dev.texts[0].startswith("it 's a charming")
+    assert task.dev.labels[0] == 1
+
+
+def test_load_task_detects_headerless_cola_layout_when_shared_present(shared: Path):
+    task = load(shared / "data" / "cola", max_train=300)
+    assert task.dev.texts[0] == "The sailors rode the breeze clear of the rocks."
+    assert set(task.dev.labels) == {0, 1} and len(task.dev) == 1043
+
+
+def test_load_task_orders_integer_labels_numerically(tmp_path: Path):
+    rows = "text,label\n" + "".join(f"row {i},{i % 11}\n" for i in range(33))
+    (tmp_path / "train.csv").write_text(rows)
+    (tmp_path / "dev.csv").write_text('text,label\n"a, quoted, text",10\nplain,2\n')
+    task = load(tmp_path)
+    assert task.label_names == [str(i) for i in range(11)]  # "10" after "9", not after "1"
+    assert task.dev.texts[0] == "a, quoted, text" and task.dev.labels == [10, 2]
+
+
+def test_load_task_reads_jsonl_with_string_labels_and_other_scripts(tmp_path: Path):
+    recs = [
+        {"review": "とても良い映画", "sentiment": "pos"},
+        {"review": "Очень плохо", "sentiment": "neg"},
+        {"review": "مقبول", "sentiment": "neutral"},
+    ]
+    (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(r) for r in recs))
+    (tmp_path / "validation.jsonl").write_text(json.dumps(recs[0]))
+    task = load(tmp_path)
+    assert task.label_names == ["neg", "neutral", "pos"]
+    assert task.train.labels == [2, 0, 1] and task.dev.texts == ["とても良い映画"]
+
+
+def test_load_task_holds_out_dev_when_single_file(tmp_path: Path):
+    f = tmp_path / "all.tsv"
+    f.write_text("sentence\tlabel\n" + "".join(f"s{i}\t{i % 2}\n" for i in range(50)))
+    task = load(f)
+    assert len(task.dev) == 5 and len(task.train) == 45
+    assert not set(task.dev.texts) & set(task.train.texts)
+    assert "held out 5" in task.notes[0]
+
+
+def test_load_task_names_column_flag_when_column_missing(tmp_path: Path):
+    (tmp_path / "train.tsv").write_text("body\tlabel\nhello\t1\n")
+    with pytest.raises(EdgeKDError, match=r"columns: body, label.*pass --text-column"):
+        load(tmp_path)
+    with pytest.raises(EdgeKDError, match=r"no column 'txt'.*fix --text-column"):
+        load(tmp_path / "train.tsv", text_column="txt")
+
+
+def test_load_task_rejects_dev_label_unseen_in_train(tmp_path: Path):
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\na\tx\nb\ty\n")
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\nc\tz\n")
+    with pytest.raises(EdgeKDError, match=r"dev.tsv row 2 has label 'z'.*never uses"):
+        load(tmp_path)
+
+
+def test_load_task_rejects_missing_label_and_empty_file(tmp_path: Path):
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\na\t1\nb\t\n")
+    with pytest.raises(EdgeKDError, match=r"train.tsv row 3 has no label"):
+        load(tmp_path / "train.tsv")
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(EdgeKDError, match=r"empty.csv is empty"):
+        load(tmp_path / "empty.csv")
+
+
+def test_load_task_rejects_single_label_and_bad_path(tmp_path: Path):
+    (tmp_path / "one.tsv").write_text("sentence\tlabel\na\t1\nb\t1\n")
+    with pytest.raises(EdgeKDError, match="needs two or more"):
+        load(tmp_path / "one.tsv")
+    with pytest.raises(EdgeKDError, match="no such file or folder"):
+        load(tmp_path / "missing.tsv")
+
+
+def test_load_task_reads_saved_datasetdict_with_classlabel(tmp_path: Path):
+    import datasets
+
+    feats = datasets.Features(
+        {"text": datasets.Value("string"), "label": datasets.ClassLabel(names=["neg", "pos"])}
+    )
+    dd = datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict(
+                {"text": ["a", "b", "c"], "label": [0, 1, 1]}, feats
+            ),
+            "validation": datasets.Dataset.from_dict({"text": ["d"], "label": [1]}, feats),
+            "test": datasets.Dataset.from_dict({"text": ["e"], "label": [-1]}, feats),
+        }
+    )
+    dd.save_to_disk(str(tmp_path / "saved"))
+    task = load(tmp_path / "saved")
+    assert task.label_names == ["neg", "pos"] and task.dev.labels == [1]
+
+
+def test_load_task_uses_hub_name_and_config_when_not_a_path(monkeypatch):
+    import datasets
+
+    calls = []
+
+    def fake_load_dataset(*args):
+        calls.append(args)
+        return datasets.DatasetDict(
+            {
+                "train": datasets.Dataset.from_dict({"sentence": ["x", "y"], "label": [0, 1]}),
+                "validation": datasets.Dataset.from_dict({"sentence": ["z"], "label": [1]}),
+            }
+        )
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    task = load("glue/sst2")
+    assert calls == [("glue", "sst2")] and task.dev.texts == ["z"]
+
+
+def test_load_task_says_how_to_use_local_copy_when_hub_unreachable(monkeypatch):
+    import datasets
+
+    def offline(*args):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(EdgeKDError, match=r"offline\? point --data at a local copy"):
+        load("glue/sst2")
