@@ -54,28 +54,11 @@ def parse_options(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def data_overrides(
-    data: str | None,
-    text_column: str | None,
-    label_column: str | None,
-    max_train: int | None,
-    max_dev: int | None,
-    seed: int | None,
-) -> dict[str, Any]:
-    return {
-        "spec": data,
-        "text_column": text_column,
-        "label_column": label_column,
-        "max_train": max_train,
-        "max_dev": max_dev,
-        "seed": seed,
-    }
-
-
-def with_data(cfg: Any, **fields: Any) -> Any:
+def with_data(cfg: Any, data: str | None = None, **fields: Any) -> Any:
+    """`cfg` with its `data` section overridden by the data options given."""
     from edgekd.config import override
 
-    return override(cfg, data=override(cfg.data, **fields))
+    return override(cfg, data=override(cfg.data, spec=data, **fields))
 
 
 # Options shared by commands that read data.
@@ -84,6 +67,8 @@ TEXT_COL = typer.Option(None, "--text-column", help="Text column (auto-detected)
 LABEL_COL = typer.Option(None, "--label-column", help="Label column (auto-detected).")
 MAX_TRAIN = typer.Option(None, "--max-train", help="Random subsample of training rows.")
 MAX_DEV = typer.Option(None, "--max-dev", help="Random subsample of dev rows.")
+TRAIN_SPLIT = typer.Option(None, "--train-split", help="Training split name or file stem.")
+DEV_SPLIT = typer.Option(None, "--dev-split", help="Dev split (default: dev/validation).")
 CONFIG = typer.Option(None, "--config", help="YAML config; options given here override it.")
 
 
@@ -97,6 +82,8 @@ def teacher(
     label_column: str | None = LABEL_COL,
     max_train: int | None = MAX_TRAIN,
     max_dev: int | None = MAX_DEV,
+    train_split: str | None = TRAIN_SPLIT,
+    dev_split: str | None = DEV_SPLIT,
     epochs: float | None = typer.Option(None, help="Passes over the training rows."),
     lr: float | None = typer.Option(None, help="AdamW learning rate."),
     batch_size: int | None = typer.Option(None, help="Rows per step."),
@@ -121,7 +108,15 @@ def teacher(
         seed=seed,
     )
     cfg = with_data(
-        cfg, **data_overrides(data, text_column, label_column, max_train, max_dev, seed)
+        cfg,
+        data,
+        text_column=text_column,
+        label_column=label_column,
+        max_train=max_train,
+        max_dev=max_dev,
+        train_split=train_split,
+        dev_split=dev_split,
+        seed=seed,
     )
     task = load_task(cfg.data)
     with atomic_dir(out) as tmp:
@@ -152,6 +147,8 @@ def distill(
     label_column: str | None = LABEL_COL,
     max_train: int | None = MAX_TRAIN,
     max_dev: int | None = MAX_DEV,
+    train_split: str | None = TRAIN_SPLIT,
+    dev_split: str | None = DEV_SPLIT,
     cache_dir: str | None = typer.Option(None, help="Teacher-logit cache folder."),
     seed: int | None = typer.Option(None),
     config: Path | None = CONFIG,
@@ -181,7 +178,15 @@ def distill(
         seed=seed,
     )
     cfg = with_data(
-        cfg, **data_overrides(data, text_column, label_column, max_train, max_dev, seed)
+        cfg,
+        data,
+        text_column=text_column,
+        label_column=label_column,
+        max_train=max_train,
+        max_dev=max_dev,
+        train_split=train_split,
+        dev_split=dev_split,
+        seed=seed,
     )
     from edgekd.distill.trainer import run_distill
 
@@ -201,6 +206,8 @@ def eval_(
     text_column: str | None = TEXT_COL,
     label_column: str | None = LABEL_COL,
     max_dev: int | None = MAX_DEV,
+    train_split: str | None = TRAIN_SPLIT,
+    dev_split: str | None = DEV_SPLIT,
     json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON."),
 ) -> None:
     """Score a teacher, a student or an ONNX model on the dev split."""
@@ -211,7 +218,14 @@ def eval_(
     from edgekd.teacher import align_labels
 
     task = load_task(
-        DataConfig(spec=data, text_column=text_column, label_column=label_column, max_dev=max_dev)
+        DataConfig(
+            spec=data,
+            text_column=text_column,
+            label_column=label_column,
+            max_dev=max_dev,
+            train_split=train_split or "train",
+            dev_split=dev_split,
+        )
     )
     predictor = load_predictor(model)
     task = align_labels(task, predictor.label_names)

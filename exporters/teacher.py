@@ -8,8 +8,11 @@ from pathlib import Path
 from edgekd.io import atomic_dir
 
 
-def export_teacher(name_or_path: str, out_dir: str | Path, opset: int = 17) -> Path:
-    """Write an optimum ONNX folder (model.onnx, config, tokenizer); return model.onnx."""
+def export_teacher(name_or_path: str, out_dir: str | Path, opset: int | None = None) -> Path:
+    """Write an optimum ONNX folder (model.onnx, config, tokenizer); return model.onnx.
+
+    `opset=None` lets optimum pick the opset it recommends for the architecture.
+    """
     from optimum.exporters.onnx import main_export
 
     with atomic_dir(out_dir) as tmp, warnings.catch_warnings():

@@ -173,8 +173,14 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
     task = align_labels(task, teacher_label_names(teacher.config))
     seconds["load"] = time.perf_counter() - t
 
+    from accelerate import PartialState
+
+    state = PartialState()
     t = time.perf_counter()
-    train_logits, dev_logits, hits = label_with_teacher(cfg, task, teacher, teacher_tok)
+    # Under `accelerate launch`, the main process labels first and writes the cache; the
+    # others then read it instead of running the teacher again.
+    with state.main_process_first():
+        train_logits, dev_logits, hits = label_with_teacher(cfg, task, teacher, teacher_tok)
     seconds["teacher_logits"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -214,6 +220,8 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
         **fit,
         "data_notes": task.notes,
     }
+    if not state.is_main_process:
+        return metrics  # one writer: the main process
     with atomic_dir(out_dir) as tmp:
         save_student(tmp, student, tok, task.label_names)
         save_config(cfg, tmp / "config.yaml")

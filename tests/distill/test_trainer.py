@@ -67,3 +67,26 @@ def test_run_distill_rejects_label_count_mismatch(tiny_teacher, tmp_path):
     (tmp_path / "d" / "dev.tsv").write_text(rows)
     with pytest.raises(EdgeKDError, match=r"teacher has 2 labels.*data has 3"):
         run_distill(cfg(tiny_teacher, tmp_path / "d"), tmp_path / "out")
+
+
+def test_train_student_stops_after_patience_and_keeps_best_epoch(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    import numpy as np
+
+    from edgekd.distill import trainer
+
+    # Scripted dev predictions: epoch 1 all right, then all wrong; with patience 2 the
+    # loop must stop after epoch 3 and report epoch 1 as best.
+    gold = np.array(trainer.load_task(DataConfig(spec=str(tiny_data))).dev.labels)
+    epochs = iter(range(100))
+
+    def scripted(model, tok, ids, batch_size=256):
+        right = next(epochs) == 0
+        labels = gold if right else 1 - gold
+        return np.eye(2, dtype=np.float32)[labels]
+
+    monkeypatch.setattr(trainer, "predict_logits", scripted)
+    m = run_distill(cfg(tiny_teacher, tiny_data, epochs=10, patience=2), tmp_path / "s")
+    assert (m["best_epoch"], m["epochs_run"]) == (1, 3)
+    assert [h["dev_accuracy"] for h in m["history"]] == [1.0, 0.0, 0.0]

@@ -1,0 +1,259 @@
+"""The whole chain on full SST-2 with the reference teacher, measured side by side.
+
+    python benchmarks/chain_sst2.py [--shared ../shared] [--epochs 10] [--rounds 5]
+
+Distils one BiLSTM per student vocabulary (own word list vs the teacher's
+WordPiece), exports each to fp32 + dynamic int8 ONNX, exports the teacher to fp32
+ONNX (optimum) and, as the peer baseline, quantizes it with optimum's
+ORTQuantizer (avx512_vnni, dynamic, per-channel). Then times every model at
+batch 1, 1 thread, in interleaved rounds (each round runs every model once, in
+a fresh process), and reports the median over rounds of each round's median,
+next to an onnxruntime floor: an identity graph fed the same input.
+
+Writes benchmarks/results/chain_sst2.json and chain_sst2.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def identity_floor(path: Path) -> Path:
+    """The cheapest graph onnxruntime can run on the same input: its per-call overhead."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"])
+    y = helper.make_tensor_value_info("logits", TensorProto.INT64, ["batch", "sequence"])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["input_ids"], ["logits"])], "floor", [x], [y]
+    )
+    # IR 10: onnxruntime 1.31 reads IR ≤ 13; onnx 1.23 would write 14.
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10),
+        str(path),
+    )
+    return path
+
+
+def quantize_teacher_with_optimum(onnx_dir: Path, out_dir: Path) -> Path:
+    """The peer baseline: optimum's ORTQuantizer, avx512_vnni preset, dynamic, per-channel."""
+    from optimum.onnxruntime import ORTQuantizer
+    from optimum.onnxruntime.configuration import AutoQuantizationConfig
+
+    quantizer = ORTQuantizer.from_pretrained(onnx_dir, file_name="model.onnx")
+    qconfig = AutoQuantizationConfig.avx512_vnni(is_static=False, per_channel=True)
+    quantizer.quantize(save_dir=out_dir, quantization_config=qconfig)
+    # A complete model folder, like the fp32 one: config (labels) and tokenizer beside it.
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copy(onnx_dir / name, out_dir / name)
+    return out_dir / "model_quantized.onnx"
+
+
+def timed_rounds(
+    models: dict[str, Path], rounds: int, runs: int, seq_len: int, texts: list[str]
+) -> dict[str, dict[str, Any]]:
+    """Interleave models round by round; keep each round's p50/p90 and e2e p50."""
+    from edgekd.devices.profile import profile_model
+
+    per: dict[str, list[dict[str, Any]]] = {name: [] for name in models}
+    for r in range(rounds):
+        for name, path in models.items():
+            prof = profile_model(
+                path, threads=1, runs=runs, warmup=max(10, runs // 10), seq_len=seq_len, texts=texts
+            )
+            per[name].append(prof)
+            print(f"round {r + 1}/{rounds} {name}: p50 {prof['p50_ms']:.3f} ms", flush=True)
+    out = {}
+    for name, profs in per.items():
+        med = {
+            k: statistics.median(p[k] for p in profs)
+            for k in ("p50_ms", "p90_ms", "load_ms", "peak_rss_mb")
+        }
+        p50s = [p["p50_ms"] for p in profs]
+        med["p50_ms_rounds"] = p50s
+        if all("end_to_end" in p for p in profs):
+            med["e2e_p50_ms"] = statistics.median(p["end_to_end"]["p50_ms"] for p in profs)
+        med["bytes"] = profs[0]["bytes"]
+        med["cpu"] = profs[0]["cpu"]
+        out[name] = med
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shared", type=Path, default=REPO.parent / "shared")
+    p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-chain")
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--max-train", type=int, default=None)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--runs", type=int, default=300)
+    p.add_argument("--vocabs", default="word,wordpiece")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+
+    from edgekd.config import DataConfig, DistillConfig, ExportConfig
+    from edgekd.data import load_task
+    from edgekd.distill.trainer import run_distill
+    from edgekd.exporters.run import FP32, INT8, run_export
+    from edgekd.exporters.teacher import export_teacher
+    from edgekd.predict import OnnxPredictor, score
+    from edgekd.teacher import align_labels
+
+    teacher = args.shared / "models" / "sst2-minilm-teacher"
+    data = DataConfig(
+        spec=str(args.shared / "data" / "sst2"), max_train=args.max_train, seed=args.seed
+    )
+    args.work.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+
+    students: dict[str, dict[str, Any]] = {}
+    for vocab in args.vocabs.split(","):
+        sdir, edir = args.work / f"student-{vocab}", args.work / f"export-{vocab}"
+        cfg = DistillConfig(
+            teacher=str(teacher),
+            data=data,
+            epochs=args.epochs,
+            seed=args.seed,
+            student_options={"vocab": vocab},
+        )
+        metrics = run_distill(cfg, sdir)
+        report = run_export(sdir, edir, ExportConfig(int8=True))
+        students[vocab] = {"metrics": metrics, "export": report, "dir": edir}
+
+    teacher_onnx = export_teacher(str(teacher), args.work / "teacher-onnx")
+    teacher_q = quantize_teacher_with_optimum(
+        args.work / "teacher-onnx", args.work / "teacher-optimum-int8"
+    )
+    task = load_task(DataConfig(spec=data.spec))
+    tpred = OnnxPredictor(teacher_onnx)
+    dev = align_labels(task, tpred.label_names).dev
+    t_ref = score(tpred, dev.texts, dev.labels)
+    acc = {"teacher fp32 (ONNX)": t_ref["accuracy"]}
+    acc["teacher int8 (optimum avx512_vnni)"] = score(
+        OnnxPredictor(teacher_q), dev.texts, dev.labels
+    )["accuracy"]
+
+    models: dict[str, Path] = {
+        "teacher fp32 (ONNX)": teacher_onnx,
+        "teacher int8 (optimum avx512_vnni)": teacher_q,
+    }
+    for vocab, s in students.items():
+        for kind, fname in (("fp32", FP32), ("int8", INT8)):
+            name = f"BiLSTM-{vocab} {kind}"
+            models[name] = s["dir"] / fname
+            acc[name] = s["export"]["models"][kind]["accuracy"]
+    models["ORT floor (identity)"] = identity_floor(args.work / "floor.onnx")
+
+    # One sequence length for every model: the median dev length in teacher tokens
+    # (with [CLS]/[SEP]), so "the same input" means the same number of positions.
+    lengths = [len(x) for x in tpred.tokenizer.ids(dev.texts)]
+    seq_len = int(np.median(lengths))
+    timing = timed_rounds(models, args.rounds, args.runs, seq_len, dev.texts)
+
+    t = timing["teacher fp32 (ONNX)"]
+    rows = []
+    for name, m in timing.items():
+        row = {
+            "model": name,
+            "accuracy": acc.get(name),
+            **m,
+            "retention": acc[name] / acc["teacher fp32 (ONNX)"] if name in acc else None,
+            # The floor is a yardstick, not a candidate: no ratios for it.
+            "smaller_than_teacher": t["bytes"] / m["bytes"] if name in acc else None,
+            "faster_than_teacher": t["p50_ms"] / m["p50_ms"] if name in acc else None,
+        }
+        rows.append(row)
+    result = {
+        "benchmark": "chain_sst2",
+        "command": "python benchmarks/chain_sst2.py "
+        + " ".join(
+            f"--{k.replace('_', '-')} {v}"
+            for k, v in vars(args).items()
+            if k in ("epochs", "rounds", "runs", "vocabs", "max_train") and v is not None
+        ),
+        "machine": {"cpu": t["cpu"], "python": platform.python_version(), "cores_used": 1},
+        "seq_len": seq_len,
+        "teacher_pytorch_accuracy": students[next(iter(students))]["metrics"]["teacher_accuracy"],
+        "students": {
+            v: {
+                k: s["metrics"][k]
+                for k in (
+                    "student_accuracy",
+                    "agreement",
+                    "params",
+                    "params_without_embeddings",
+                    "vocab_size",
+                    "best_epoch",
+                    "epochs_run",
+                    "seconds",
+                )
+            }
+            for v, s in students.items()
+        },
+        "rows": rows,
+        "seconds_total": round(time.perf_counter() - start, 1),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "chain_sst2.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.out / "chain_sst2.md").write_text(markdown(result))
+    print(markdown(result))
+
+
+def markdown(r: dict[str, Any]) -> str:
+    lines = [
+        "# Chain benchmark: SST-2, reference MiniLM teacher → BiLSTM → int8 ONNX",
+        "",
+        f"Command: `{r['command']}`. CPU: {r['machine']['cpu']}, 1 thread, batch 1, "
+        f"synthetic input of {r['seq_len']} tokens (median SST-2 dev length in teacher "
+        "tokens); e2e = tokenize + infer each of the 872 dev sentences. Latencies are the "
+        "median over interleaved rounds of each round's median; ratios are against the "
+        "teacher fp32 ONNX measured in the same rounds.",
+        "",
+        "| model | dev acc | retention | bytes | smaller | p50 ms | p90 ms | e2e p50 ms | faster |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in r["rows"]:
+        acc = "—" if row["accuracy"] is None else f"{row['accuracy']:.4f}"
+        ret = "—" if row["retention"] is None else f"{100 * row['retention']:.1f}%"
+        e2e = f"{row['e2e_p50_ms']:.3f}" if "e2e_p50_ms" in row else "—"
+        smaller, faster = (
+            "—" if row[k] is None else f"{row[k]:.1f}×"
+            for k in ("smaller_than_teacher", "faster_than_teacher")
+        )
+        lines.append(
+            f"| {row['model']} | {acc} | {ret} | {row['bytes']:,} | {smaller} | "
+            f"{row['p50_ms']:.3f} | {row['p90_ms']:.3f} | {e2e} | {faster} |"
+        )
+    lines += [
+        "",
+        "Students (PyTorch):",
+        "",
+        "| vocab | dev acc | agreement | params | params w/o embeddings | vocab size | "
+        "best epoch |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for v, s in r["students"].items():
+        lines.append(
+            f"| {v} | {s['student_accuracy']:.4f} | {s['agreement']:.4f} | "
+            f"{s['params']:,} | {s['params_without_embeddings']:,} | "
+            f"{s['vocab_size']:,} | {s['best_epoch']}/{s['epochs_run']} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
