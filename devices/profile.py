@@ -36,6 +36,17 @@ def tokenizer_info(model: Path) -> dict[str, Any] | None:
     return None
 
 
+def synthetic_texts(tokenizer_json: Path, words: int, n: int = 64, seed: int = 0) -> list[str]:
+    """`n` texts of `words` whole words (no ##pieces, no [SPECIAL]) from a vocabulary."""
+    import random
+
+    vocab = json.loads(tokenizer_json.read_text(encoding="utf-8"))["model"]["vocab"]
+    tokens = list(vocab) if isinstance(vocab, dict) else [t for t, *_ in vocab]
+    pool = [t for t in tokens if t.isalpha() and not t.startswith(("##", "["))] or ["a"]
+    rng = random.Random(seed)
+    return [" ".join(rng.choices(pool, k=words)) for _ in range(n)]
+
+
 def profile_model(
     model: str | Path,
     device: str = "local-cpu",
@@ -45,7 +56,11 @@ def profile_model(
     seq_len: int = 64,
     texts: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Run the agent on `device`; with `texts`, also time tokenize+infer end to end."""
+    """Run the agent on `device` and time tokenize+infer end to end.
+
+    End-to-end timing cycles through `texts`; without them, through synthetic texts
+    of `seq_len` words drawn from the model's own vocabulary.
+    """
     dev = load_device(device)
     model = Path(model)
     if not model.is_file():
@@ -66,6 +81,8 @@ def profile_model(
     ]
     with tempfile.TemporaryDirectory() as tmp:
         files: dict[str, Path] = {}
+        if info and not texts:
+            texts = synthetic_texts(info["tokenizer"], seq_len)
         if texts and info:
             files = {"texts": Path(tmp) / "texts.txt", "tokenizer": info["tokenizer"]}
             files["texts"].write_text(

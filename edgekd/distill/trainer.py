@@ -141,6 +141,11 @@ def train_student(
                     "dev_agreement": float((pred == dev_teacher).mean()),
                 }
             )
+            # One line per epoch: progress bars do not render in CI logs or under nohup.
+            console.print(
+                f"epoch {epoch}: train loss {total / max(count, 1):.4f}, "
+                f"dev accuracy {acc:.4f}, agreement {history[-1]['dev_agreement']:.4f}"
+            )
             if acc > best_acc:
                 best_acc, best_epoch = acc, epoch
                 best_state = copy.deepcopy(accelerator.unwrap_model(model).state_dict())

@@ -82,6 +82,18 @@ def test_profile_model_runs_local_cpu_with_end_to_end(tmp_path, tiny_teacher):
     assert np.isfinite(r["p90_ms"])
 
 
+def test_profile_model_synthesizes_texts_when_none_given(tmp_path, tiny_teacher):
+    from edgekd.devices.profile import synthetic_texts
+    from edgekd.exporters.teacher import export_teacher
+
+    onnx_path = export_teacher(str(tiny_teacher), tmp_path / "t")
+    texts = synthetic_texts(onnx_path.parent / "tokenizer.json", words=5, n=3)
+    assert len(texts) == 3 and all(len(t.split()) == 5 for t in texts)
+    assert not any(w.startswith(("##", "[")) for t in texts for w in t.split())
+    r = profile_model(onnx_path, runs=5, warmup=1, seq_len=8)
+    assert r["end_to_end"]["p50_ms"] > 0
+
+
 def test_load_spec_lists_valid_devices_when_unknown(tmp_path):
     with pytest.raises(EdgeKDError, match="valid names: local-cpu"):
         load_spec("toaster")
