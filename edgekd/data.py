@@ -60,6 +60,12 @@ class TaskData:
         return len(self.label_names)
 
 
+def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Index batches of similar lengths: padding waste drops from ~2× to a few %."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
 # ---------------------------------------------------------------- raw rows
 
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from edgekd.data import length_sorted_batches
 from edgekd.errors import EdgeKDError
 from edgekd.students import STUDENT_FILE
 from edgekd.students.tokenizer import StudentTokenizer
@@ -24,11 +25,6 @@ class Predictor(Protocol):
     label_names: list[str]
 
     def logits(self, texts: list[str]) -> np.ndarray: ...
-
-
-def _length_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 class OnnxPredictor:
@@ -76,7 +72,7 @@ class OnnxPredictor:
     def logits(self, texts: list[str]) -> np.ndarray:
         ids = self.tokenizer.ids(texts)
         out = np.zeros((len(texts), len(self.label_names)), dtype=np.float32)
-        for idx in _length_batches([len(x) for x in ids], self.batch_size):
+        for idx in length_sorted_batches([len(x) for x in ids], self.batch_size):
             out[idx] = self.session.run(None, self.feed([ids[i] for i in idx]))[0]
         return out
 

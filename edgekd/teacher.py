@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from edgekd.config import DEFAULT_BASE, TeacherConfig
-from edgekd.data import Split, TaskData
+from edgekd.data import Split, TaskData, length_sorted_batches
 from edgekd.errors import EdgeKDError
 from edgekd.progress import progress_bar
 
@@ -100,12 +100,6 @@ def align_labels(task: TaskData, teacher_names: list[str]) -> TaskData:
         return Split(split.texts, [mapping[y] for y in split.labels])
 
     return TaskData(remap(task.train), remap(task.dev), names, task.source, task.notes)
-
-
-def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
-    """Index batches of similar lengths: padding waste drops from ~2× to a few %."""
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 def teacher_logits(

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from edgekd.config import DataConfig
-from edgekd.data import load_task
+from edgekd.data import length_sorted_batches, load_task
 from edgekd.errors import EdgeKDError
 
 
@@ -137,3 +137,8 @@ def test_load_task_says_how_to_use_local_copy_when_hub_unreachable(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(EdgeKDError, match=r"offline\? point --data at a local copy"):
         load("glue/sst2")
+
+
+def test_length_sorted_batches_cover_every_index_once():
+    batches = length_sorted_batches([5, 1, 3, 2, 4], 2)
+    assert batches == [[1, 3], [2, 4], [0]]

@@ -2,7 +2,7 @@ import pytest
 
 from edgekd.data import Split, TaskData
 from edgekd.errors import EdgeKDError
-from edgekd.teacher import align_labels, length_sorted_batches
+from edgekd.teacher import align_labels
 
 
 def task(names, labels):
@@ -26,8 +26,3 @@ def test_align_labels_rejects_mismatched_label_sets():
         align_labels(task(["a", "b"], [0, 1]), ["x", "y"])
     with pytest.raises(EdgeKDError, match="teacher has 3 labels"):
         align_labels(task(["a", "b"], [0, 1]), ["a", "b", "c"])
-
-
-def test_length_sorted_batches_cover_every_index_once():
-    batches = length_sorted_batches([5, 1, 3, 2, 4], 2)
-    assert batches == [[1, 3], [2, 4], [0]]

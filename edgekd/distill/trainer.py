@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from edgekd.config import DistillConfig, save_config
-from edgekd.data import TaskData, load_task
+from edgekd.data import TaskData, length_sorted_batches, load_task
 from edgekd.distill.cache import cache_key, cached_logits, default_cache_dir, teacher_fingerprint
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, write_json
@@ -62,8 +62,6 @@ def predict_logits(
     model: torch.nn.Module, tok: StudentTokenizer, ids: list[list[int]], batch_size: int = 256
 ) -> np.ndarray:
     """Student logits for pre-tokenized rows, batched by similar length."""
-    from edgekd.teacher import length_sorted_batches
-
     model.eval()
     out: np.ndarray | None = None
     with torch.inference_mode():
