@@ -136,6 +136,11 @@ def distill(
     student_option: list[str] | None = typer.Option(
         None, "--student-option", "-s", help="Student config field, key=value (repeatable)."
     ),
+    augment: str | None = typer.Option(
+        None, help="Augmenters, comma-separated: mask, pos, ngram, or tang (all three)."
+    ),
+    n_iter: int | None = typer.Option(None, help="Augmented variants per training text."),
+    max_augmented: int | None = typer.Option(None, help="Cap on augmented rows (subsample)."),
     loss: str | None = typer.Option(None, help="mse (Tang et al.) or kd (Hinton)."),
     temperature: float | None = typer.Option(None, help="Softmax temperature for kd."),
     ce_weight: float | None = typer.Option(None, help="Weight of gold-label CE, 0..1."),
@@ -163,6 +168,10 @@ def distill(
         raise EdgeKDError("no teacher given; pass --teacher DIR_OR_ID (see `edgekd teacher`)")
     cfg = validate(DistillConfig, raw, str(config or "options"))
     options = {**cfg.student_options, **parse_options(student_option)}
+    methods = [m.strip() for m in augment.split(",") if m.strip()] if augment else None
+    cfg = override(
+        cfg, augment=override(cfg.augment, methods=methods, n_iter=n_iter, max_rows=max_augmented)
+    )
     cfg = override(
         cfg,
         student=student,

@@ -51,6 +51,22 @@ class TeacherConfig(StrictModel):
     seed: int = 0
 
 
+class AugmentConfig(StrictModel):
+    methods: list[str] = Field(
+        default_factory=list,
+        description="Augmenters applied in order (mask, pos, ngram) or `tang` for all three.",
+    )
+    p_mask: float = Field(0.1, ge=0, le=1, description="Per-word mask probability (Tang: 0.1).")
+    p_pos: float = Field(0.1, ge=0, le=1, description="Per-word POS-swap probability (0.1).")
+    p_ng: float = Field(0.25, ge=0, le=1, description="Per-text n-gram probability (0.25).")
+    max_ngram: int = Field(5, ge=1, description="n of the kept n-gram is uniform in 1..max.")
+    n_iter: int = Field(20, ge=1, description="Variants drawn per training text (Tang: 20).")
+    max_rows: int | None = Field(
+        None, ge=1, description="Seeded subsample of the deduplicated augmented rows."
+    )
+    seed: int = 0
+
+
 class DistillConfig(StrictModel):
     teacher: str = Field(..., description="HF id or folder of a fine-tuned classifier.")
     data: DataConfig = Field(default_factory=DataConfig)
@@ -58,6 +74,7 @@ class DistillConfig(StrictModel):
     student_options: dict[str, Any] = Field(
         default_factory=dict, description="Fields of the student's own config class."
     )
+    augment: AugmentConfig = Field(default_factory=AugmentConfig)
     loss: str = Field("mse", description="Registered loss: `mse` (Tang et al.) or `kd` (Hinton).")
     temperature: float = Field(1.0, gt=0, description="Softmax temperature T for `kd`.")
     ce_weight: float = Field(

@@ -61,4 +61,13 @@ EXPORTERS: Registry[Any] = Registry(
 QUANTIZERS: Registry[Any] = Registry(
     "quantization preset", {"dynamic": "edgekd.exporters.quantize:DynamicInt8Quantizer"}
 )
+AUGMENTERS: Registry[Any] = Registry(
+    "augmenter",
+    {
+        "mask": "edgekd.augment:MaskAugmenter",
+        "pos": "edgekd.augment:PosAugmenter",
+        "ngram": "edgekd.augment:NgramAugmenter",
+        "tang": "edgekd.augment:TangAugmenter",
+    },
+)
 DEVICES: Registry[Any] = Registry("device runner", {"local": "edgekd.devices.local:LocalDevice"})

@@ -72,10 +72,17 @@ def test_cli_chain_teacher_distill_export_profile_check(tmp_path: Path, tiny_dat
         "kd",
         "--ce-weight",
         0.5,
+        "--augment",
+        "tang",
+        "--n-iter",
+        2,
     )
     assert r.exit_code == 0, r.output
     resolved = yaml.safe_load((tmp_path / "student" / "config.yaml").read_text())
     assert resolved["loss"] == "kd" and resolved["student_options"]["hidden_size"] == 8
+    assert resolved["augment"]["methods"] == ["tang"] and resolved["augment"]["n_iter"] == 2
+    metrics = json.loads((tmp_path / "student" / "metrics.json").read_text())
+    assert metrics["n_augmented"] > 0
 
     r = invoke("export", tmp_path / "student", "--out", tmp_path / "export", "--int8")
     assert r.exit_code == 0, r.output
@@ -83,8 +90,19 @@ def test_cli_chain_teacher_distill_export_profile_check(tmp_path: Path, tiny_dat
     assert set(report["models"]) == {"fp32", "int8"}
     assert report["models"]["fp32"]["agreement"] == 1.0  # fp32 ONNX = PyTorch on every row
 
-    r = invoke("eval", tmp_path / "export" / "model.int8.onnx", "--data", tiny_data)
-    assert r.exit_code == 0 and "on 40 dev rows" in r.output
+    # eval scores all three kinds the same way; the fp32 ONNX must match its student.
+    scores = {}
+    for name, model in (
+        ("teacher", tmp_path / "teacher"),
+        ("student", tmp_path / "student"),
+        ("onnx", tmp_path / "export" / "model.onnx"),
+        ("int8", tmp_path / "export" / "model.int8.onnx"),
+    ):
+        out = tmp_path / f"eval-{name}.json"
+        r = invoke("eval", model, "--data", tiny_data, "--json", out)
+        assert r.exit_code == 0 and "on 40 dev rows" in r.output, r.output
+        scores[name] = json.loads(out.read_text())["accuracy"]
+    assert scores["onnx"] == scores["student"] == report["models"]["fp32"]["accuracy"]
 
     r = invoke(
         "profile",

@@ -17,45 +17,65 @@ import numpy as np
 import torch
 
 from edgekd.config import DistillConfig, save_config
-from edgekd.data import TaskData, length_sorted_batches, load_task
+from edgekd.data import Split, length_sorted_batches, load_task
 from edgekd.distill.cache import cache_key, cached_logits, default_cache_dir, teacher_fingerprint
+from edgekd.distill.losses import NO_LABEL
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, write_json
 from edgekd.progress import console, progress_bar
-from edgekd.registry import LOSSES, STUDENTS
+from edgekd.registry import AUGMENTERS, LOSSES, STUDENTS
 from edgekd.students.base import Student, save_student
 from edgekd.students.tokenizer import StudentTokenizer
 
 
+def augmented_texts(cfg: DistillConfig, train_texts: list[str], tokenizer: Any) -> list[str]:
+    """The transfer set's extra rows: deduplicated variants of the training texts."""
+    import random
+
+    from edgekd.augment import build_augmenter, generate
+
+    if not cfg.augment.methods:
+        return []
+    mask = getattr(tokenizer, "mask_token", None) or "[MASK]"
+    augmenter = build_augmenter(cfg.augment, train_texts, mask)
+    with console.status(f"augmenting {len(train_texts):,} texts × {cfg.augment.n_iter}"):
+        rows = generate(train_texts, augmenter, cfg.augment.n_iter, cfg.augment.seed)
+    if cfg.augment.max_rows is not None and len(rows) > cfg.augment.max_rows:
+        keep = sorted(
+            random.Random(cfg.augment.seed).sample(range(len(rows)), cfg.augment.max_rows)
+        )
+        rows = [rows[i] for i in keep]
+    console.print(f"augmentation {'+'.join(cfg.augment.methods)}: {len(rows):,} new rows")
+    return rows
+
+
 def label_with_teacher(
-    cfg: DistillConfig,
-    task: TaskData,
-    teacher: Any,
-    tokenizer: Any,
-) -> tuple[np.ndarray, np.ndarray, dict[str, bool]]:
-    """Teacher logits for train and dev, from the cache when the key matches."""
+    cfg: DistillConfig, splits: dict[str, list[str]], teacher: Any, tokenizer: Any
+) -> tuple[dict[str, np.ndarray], dict[str, bool]]:
+    """Teacher logits per named split of texts, from the cache when the key matches."""
     from edgekd.teacher import teacher_logits
 
     cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
     fp = teacher_fingerprint(cfg.teacher, teacher)
-    out, hits = [], {}
-    for name, split in (("train", task.train), ("dev", task.dev)):
-        key = cache_key(fp, split.texts, cfg.teacher_max_length)
-        logits, hit = cached_logits(
+    augmentation = cfg.augment.model_dump_json() if cfg.augment.methods else "none"
+    out, hits = {}, {}
+    for name, texts in splits.items():
+        key = cache_key(
+            fp, texts, cfg.teacher_max_length, augmentation if name == "augmented" else "none"
+        )
+        out[name], hits[name] = cached_logits(
             cache_dir,
             key,
-            lambda s=split, n=name: teacher_logits(
+            lambda t=texts, n=name: teacher_logits(
                 teacher,
                 tokenizer,
-                s.texts,
+                t,
                 cfg.teacher_batch_size,
                 cfg.teacher_max_length,
                 f"teacher logits ({n})",
             ),
         )
-        out.append(logits)
-        hits[name] = hit
-    return out[0], out[1], hits
+    return out, hits
 
 
 def predict_logits(
@@ -79,11 +99,15 @@ def train_student(
     cfg: DistillConfig,
     model: Student,
     tok: StudentTokenizer,
-    task: TaskData,
+    train: Split,
+    dev: Split,
     train_logits: np.ndarray,
     dev_logits: np.ndarray,
 ) -> dict[str, Any]:
-    """Fit `model` in place to `train_logits`; keep the best dev-accuracy epoch."""
+    """Fit `model` in place to `train_logits`; keep the best dev-accuracy epoch.
+
+    Rows of `train` labelled NO_LABEL (augmented text) get the distillation term only.
+    """
     from accelerate import Accelerator, DataLoaderConfiguration
     from accelerate.utils import set_seed
 
@@ -92,9 +116,9 @@ def train_student(
     # A seedable sampler makes the shuffle order a function of the seed and epoch,
     # identical with one process or several.
     accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
-    train_ids = tok.ids(task.train.texts)
-    dev_ids = tok.ids(task.dev.texts)
-    labels = torch.tensor(task.train.labels)
+    train_ids = tok.ids(train.texts)
+    dev_ids = tok.ids(dev.texts)
+    labels = torch.tensor(train.labels)
     soft = torch.from_numpy(train_logits)
 
     def collate(rows: list[int]) -> dict[str, torch.Tensor]:
@@ -110,7 +134,7 @@ def train_student(
     )
     optim = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     model, optim, loader = accelerator.prepare(model, optim, loader)
-    dev_gold = np.array(task.dev.labels)
+    dev_gold = np.array(dev.labels)
     dev_teacher = dev_logits.argmax(1)
 
     best_acc, best_epoch, best_state, history = -1.0, 0, None, []
@@ -168,6 +192,8 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
         STUDENTS.get(cfg.student)  # raises with the valid names
     if cfg.loss not in LOSSES:
         LOSSES.get(cfg.loss)
+    for method in cfg.augment.methods:
+        AUGMENTERS.get(method)  # an unknown name fails here, before any work
     torch.manual_seed(cfg.seed)
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -180,16 +206,27 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
 
     state = PartialState()
     t = time.perf_counter()
+    extra = augmented_texts(cfg, task.train.texts, teacher_tok)
+    seconds["augment"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    splits = {"train": task.train.texts, "dev": task.dev.texts}
+    if extra:
+        splits["augmented"] = extra
     # Under `accelerate launch`, the main process labels first and writes the cache; the
     # others then read it instead of running the teacher again.
     with state.main_process_first():
-        train_logits, dev_logits, hits = label_with_teacher(cfg, task, teacher, teacher_tok)
+        logits, hits = label_with_teacher(cfg, splits, teacher, teacher_tok)
+    dev_logits = logits["dev"]
     seconds["teacher_logits"] = time.perf_counter() - t
+    # Augmented rows carry soft logits only: their gold label is NO_LABEL.
+    transfer = Split(task.train.texts + extra, task.train.labels + [NO_LABEL] * len(extra))
+    train_logits = np.concatenate([logits["train"], logits.get("augmented", logits["train"][:0])])
 
     t = time.perf_counter()
     try:
         student, tok = STUDENTS.get(cfg.student).prepare(
-            cfg.student_options, task.train.texts, task.num_labels, teacher, teacher_tok
+            cfg.student_options, transfer.texts, task.num_labels, teacher, teacher_tok
         )
     except (ValueError, TypeError) as e:  # pydantic errors are ValueErrors
         raise EdgeKDError(
@@ -199,7 +236,7 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
     seconds["prepare_student"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    fit = train_student(cfg, student, tok, task, train_logits, dev_logits)
+    fit = train_student(cfg, student, tok, transfer, task.dev, train_logits, dev_logits)
     seconds["train"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -216,6 +253,7 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
         **student.params(),
         "vocab_size": tok.vocab_size,
         "n_train": len(task.train),
+        "n_augmented": len(extra),
         "n_dev": len(task.dev),
         "labels": task.label_names,
         "cache_hits": hits,

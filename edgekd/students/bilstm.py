@@ -91,8 +91,14 @@ class BiLSTMStudent(Student):
     ) -> tuple[BiLSTMStudent, StudentTokenizer]:
         config = BiLSTMConfig(**options)
         if config.vocab == "word":
+            mask = getattr(teacher_tokenizer, "mask_token", None)
             tok = build_word_tokenizer(
-                texts, config.max_vocab, config.min_freq, config.lowercase, config.max_length
+                texts,
+                config.max_vocab,
+                config.min_freq,
+                config.lowercase,
+                config.max_length,
+                specials=(mask,) if mask else (),
             )
         else:
             tok = wordpiece_from_teacher(teacher_tokenizer, config.max_length)

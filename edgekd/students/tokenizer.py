@@ -79,12 +79,19 @@ def word_pipeline(lowercase: bool) -> tuple[Any, Any]:
 
 
 def build_word_tokenizer(
-    texts: list[str], max_vocab: int, min_freq: int, lowercase: bool, max_length: int
+    texts: list[str],
+    max_vocab: int,
+    min_freq: int,
+    lowercase: bool,
+    max_length: int,
+    specials: tuple[str, ...] = (),
 ) -> StudentTokenizer:
     """A word-level vocabulary of the most frequent words in `texts`.
 
-    Ties in frequency are broken alphabetically so the same texts always give
-    the same ids, whatever the hash seed.
+    `specials` (e.g. the teacher's "[MASK]", used by augmentation) get ids right
+    after PAD and UNK and are matched whole, never split at their brackets. Ties
+    in frequency are broken alphabetically so the same texts always give the
+    same ids, whatever the hash seed.
     """
     normalizer, pre_tok = word_pipeline(lowercase)
     counts: Counter[str] = Counter()
@@ -92,11 +99,14 @@ def build_word_tokenizer(
         counts.update(w for w, _ in pre_tok.pre_tokenize_str(normalizer.normalize_str(text)))
     ranked = sorted((w for w, c in counts.items() if c >= min_freq), key=lambda w: (-counts[w], w))
     vocab = {PAD: 0, UNK: 1}
+    for w in specials:
+        vocab.setdefault(w, len(vocab))
     for w in ranked[: max(0, max_vocab - len(vocab))]:
-        vocab[w] = len(vocab)
+        vocab.setdefault(w, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     tok.normalizer = normalizer
     tok.pre_tokenizer = pre_tok
+    tok.add_special_tokens([PAD, UNK, *specials])
     return StudentTokenizer(tok, max_length)
 
 

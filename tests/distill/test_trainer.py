@@ -90,3 +90,27 @@ def test_train_student_stops_after_patience_and_keeps_best_epoch(
     m = run_distill(cfg(tiny_teacher, tiny_data, epochs=10, patience=2), tmp_path / "s")
     assert (m["best_epoch"], m["epochs_run"]) == (1, 3)
     assert [h["dev_accuracy"] for h in m["history"]] == [1.0, 0.0, 0.0]
+
+
+def test_run_distill_adds_teacher_labelled_augmented_rows(tiny_teacher, tiny_data, tmp_path):
+    from edgekd.config import AugmentConfig
+    from edgekd.students.base import load_student
+
+    aug = AugmentConfig(methods=["mask", "ngram"], n_iter=3, max_rows=200)
+    m = run_distill(cfg(tiny_teacher, tiny_data, augment=aug), tmp_path / "a")
+    assert 0 < m["n_augmented"] <= 200 and m["cache_hits"]["augmented"] is False
+    # The word vocabulary keeps the teacher's mask token whole.
+    _, tok, _ = load_student(tmp_path / "a")
+    mask_id = tok.tokenizer.token_to_id("[MASK]")
+    assert mask_id is not None and tok.ids(["good [MASK] movie"])[0][1] == mask_id
+    again = run_distill(cfg(tiny_teacher, tiny_data, augment=aug, epochs=1), tmp_path / "b")
+    assert again["n_augmented"] == m["n_augmented"] and again["cache_hits"]["augmented"] is True
+
+
+def test_run_distill_rejects_unknown_augmenter_before_any_work(tiny_data, tmp_path):
+    from edgekd.config import AugmentConfig
+
+    with pytest.raises(EdgeKDError, match="unknown augmenter 'swap'; valid names: mask, ngram"):
+        run_distill(
+            cfg("no/teacher", tiny_data, augment=AugmentConfig(methods=["swap"])), tmp_path / "out"
+        )

@@ -1,0 +1,229 @@
+"""Rule-based augmentation of the transfer set (Tang et al. 2019, arXiv:1903.12136, §3.2).
+
+An `Augmenter` is pure and seeded: `augmenter(texts, rng) -> texts`, one variant
+per input text, all randomness drawn from `rng`. `generate` runs one n_iter
+times and deduplicates; the teacher then labels every variant (soft logits only).
+
+Tang et al.'s recipe, per word independently: with p_mask replace it by the mask
+token, else with p_pos by a random word of the same part-of-speech tag (drawn by
+unigram frequency in the training corpus); then, with p_ng, keep only a random
+n-gram of the result, n uniform in 1..5. Masking then POS-replacing the words
+left unmasked is exactly that "else", so `tang` is mask → pos → ngram.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+import unicodedata
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from edgekd.config import AugmentConfig
+
+Tagger = Callable[[list[str]], list[str]]
+
+
+def words_of(text: str) -> list[str]:
+    """Whitespace words, with CJK ideographs split one per word (scripts without spaces)."""
+    out: list[str] = []
+    for token in text.split():
+        if any(_is_cjk(ch) for ch in token):
+            buf = ""
+            for ch in token:
+                if _is_cjk(ch):
+                    if buf:
+                        out.append(buf)
+                        buf = ""
+                    out.append(ch)
+                else:
+                    buf += ch
+            if buf:
+                out.append(buf)
+        else:
+            out.append(token)
+    return out
+
+
+def _is_cjk(ch: str) -> bool:
+    return "CJK" in unicodedata.name(ch, "") or "HIRAGANA" in unicodedata.name(ch, "")
+
+
+class Augmenter:
+    """One variant per text: `__call__(texts, rng) -> texts`."""
+
+    name: ClassVar[str]
+
+    def __call__(self, texts: Sequence[str], rng: random.Random) -> list[str]:
+        return [" ".join(self.words(words_of(t), rng)) for t in texts]
+
+    @classmethod
+    def from_config(cls, cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
+        """Build from the recipe; `corpus` is the training text (for POS statistics)."""
+        raise NotImplementedError
+
+    def words(self, words: list[str], rng: random.Random) -> list[str]:
+        raise NotImplementedError
+
+
+class MaskAugmenter(Augmenter):
+    """Each word becomes the mask token with probability `p`."""
+
+    name = "mask"
+
+    def __init__(self, p: float = 0.1, mask_token: str = "[MASK]") -> None:
+        self.p, self.mask_token = p, mask_token
+
+    @classmethod
+    def from_config(cls, cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
+        return cls(cfg.p_mask, mask_token)
+
+    def words(self, words: list[str], rng: random.Random) -> list[str]:
+        return [self.mask_token if rng.random() < self.p else w for w in words]
+
+
+class PosAugmenter(Augmenter):
+    """Each word (not a mask token) becomes, with probability `p`, a corpus word of the
+    same POS tag, sampled by its unigram frequency in the corpus given to `fit`."""
+
+    name = "pos"
+
+    def __init__(self, tagger: Tagger, p: float = 0.1, mask_token: str = "[MASK]") -> None:
+        self.tagger, self.p, self.mask_token = tagger, p, mask_token
+        self.table: dict[str, tuple[list[str], list[int]]] = {}
+        self._tags: dict[tuple[str, ...], list[str]] = {}
+
+    @classmethod
+    def from_config(cls, cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
+        return cls(pattern_tagger(), cfg.p_pos, mask_token).fit(corpus)
+
+    def fit(self, texts: Sequence[str]) -> PosAugmenter:
+        counts: dict[str, Counter[str]] = defaultdict(Counter)
+        for text in texts:
+            words = words_of(text)
+            for w, tag in zip(words, self.tags(words), strict=True):
+                counts[tag][w] += 1
+        # Sorted words and cumulative counts: sampling is one bisect, and the table
+        # does not depend on dict order.
+        for tag, c in counts.items():
+            ordered = sorted(c)
+            cum, total = [], 0
+            for w in ordered:
+                total += c[w]
+                cum.append(total)
+            self.table[tag] = (ordered, cum)
+        return self
+
+    def tags(self, words: list[str]) -> list[str]:
+        key = tuple(words)
+        if key not in self._tags:  # memo: the same sentence is tagged once, not n_iter times
+            tags = self.tagger(words)
+            self._tags[key] = tags if len(tags) == len(words) else ["X"] * len(words)
+        return self._tags[key]
+
+    def sample(self, tag: str, rng: random.Random) -> str | None:
+        if tag not in self.table:
+            return None
+        words, cum = self.table[tag]
+        return words[bisect.bisect_right(cum, rng.random() * cum[-1])]
+
+    def words(self, words: list[str], rng: random.Random) -> list[str]:
+        if not self.table:
+            raise RuntimeError("PosAugmenter.fit(corpus) must run before use")
+        out = []
+        for w, tag in zip(words, self.tags(words), strict=True):
+            new = None
+            if w != self.mask_token and rng.random() < self.p:
+                new = self.sample(tag, rng)
+            out.append(new or w)
+        return out
+
+
+class NgramAugmenter(Augmenter):
+    """With probability `p`, keep only a random n-gram, n uniform in 1..max_n."""
+
+    name = "ngram"
+
+    def __init__(self, p: float = 0.25, max_n: int = 5) -> None:
+        self.p, self.max_n = p, max_n
+
+    @classmethod
+    def from_config(cls, cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
+        return cls(cfg.p_ng, cfg.max_ngram)
+
+    def words(self, words: list[str], rng: random.Random) -> list[str]:
+        if not words or rng.random() >= self.p:
+            return words
+        n = min(rng.randint(1, self.max_n), len(words))
+        start = rng.randint(0, len(words) - n)
+        return words[start : start + n]
+
+
+class ComposeAugmenter(Augmenter):
+    """Apply augmenters in order to the same word list."""
+
+    name = "compose"
+
+    def __init__(self, parts: Sequence[Augmenter]) -> None:
+        self.parts = list(parts)
+
+    def words(self, words: list[str], rng: random.Random) -> list[str]:
+        for part in self.parts:
+            words = part.words(words, rng)
+        return words
+
+
+class TangAugmenter(ComposeAugmenter):
+    """Tang et al.'s full recipe: mask → POS swap → n-gram."""
+
+    name = "tang"
+
+    @classmethod
+    def from_config(cls, cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
+        return cls(
+            [
+                part.from_config(cfg, corpus, mask_token)
+                for part in (MaskAugmenter, PosAugmenter, NgramAugmenter)
+            ]
+        )
+
+
+def build_augmenter(cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
+    """The recipe's augmenters, by registered name, composed in the order given."""
+    from edgekd.registry import AUGMENTERS
+
+    parts = [AUGMENTERS.get(name).from_config(cfg, corpus, mask_token) for name in cfg.methods]
+    return parts[0] if len(parts) == 1 else ComposeAugmenter(parts)
+
+
+def generate(texts: Sequence[str], augmenter: Augmenter, n_iter: int, seed: int) -> list[str]:
+    """`n_iter` variants of every text, deduplicated, originals and empties dropped.
+
+    Order is deterministic: iteration by iteration, text by text.
+    """
+    rng = random.Random(seed)
+    seen = set(texts)
+    out = []
+    for _ in range(n_iter):
+        for variant in augmenter(texts, rng):
+            if variant.strip() and variant not in seen:
+                seen.add(variant)
+                out.append(variant)
+    return out
+
+
+def pattern_tagger() -> Tagger:
+    """English Penn-Treebank tags from TextBlob's bundled Pattern tagger (MIT; a Brill-style
+    lexicon plus contextual rules, shipped inside the PyPI package, no download)."""
+    try:
+        from textblob.en.taggers import PatternTagger
+    except ImportError as e:
+        raise RuntimeError("POS augmentation needs `pip install textblob==0.20.1`") from e
+    tagger = PatternTagger()
+
+    def tag(words: list[str]) -> list[str]:
+        return [t for _, t in tagger.tag(" ".join(words), tokenize=False)]
+
+    return tag

@@ -1,0 +1,115 @@
+import random
+from collections import Counter
+
+import pytest
+
+from edgekd.augment import (
+    ComposeAugmenter,
+    MaskAugmenter,
+    NgramAugmenter,
+    PosAugmenter,
+    generate,
+    words_of,
+)
+
+SENTENCES = [" ".join(f"w{i}" for i in range(10))] * 2000  # 20,000 words
+
+
+def suffix_tagger(words):
+    """A stand-in tagger: the tag is the word's last letter (deterministic, testable)."""
+    return [w[-1] for w in words]
+
+
+def test_words_of_splits_cjk_per_character_and_keeps_spaced_words():
+    assert words_of("it 's good") == ["it", "'s", "good"]
+    assert words_of("我爱abc电影") == ["我", "爱", "abc", "电", "影"]
+
+
+def test_mask_rate_matches_p_on_large_sample():
+    out = MaskAugmenter(p=0.1)(SENTENCES, random.Random(0))
+    rate = sum(s.split().count("[MASK]") for s in out) / 20_000
+    assert rate == pytest.approx(0.1, abs=0.01)  # 3σ of a binomial(20000, 0.1) is 0.0064
+
+
+def test_pos_replaces_within_tag_by_corpus_frequency():
+    corpus = ["cat bat"] * 3 + ["hat"] * 1 + ["dog"]  # tag "t": cat 3, bat 3, hat 1
+    aug = PosAugmenter(suffix_tagger, p=1.0).fit(corpus)
+    draws = Counter(aug(["mat"] * 7000, random.Random(0)))
+    assert set(draws) == {"cat", "bat", "hat"}  # never "dog" (tag "g")
+    assert draws["hat"] / 7000 == pytest.approx(1 / 7, abs=0.015)
+    assert aug(["[MASK] xyz"], random.Random(0)) == ["[MASK] xyz"]  # unknown tag: kept
+
+
+def test_pos_rate_matches_p():
+    # Tag = last digit: each tag "k" holds six equally frequent words (a k, a1k, ..., wk).
+    corpus = [f"a{i}" for i in range(50)]
+    aug = PosAugmenter(suffix_tagger, p=0.1).fit(corpus + SENTENCES[:1])
+    out = aug(SENTENCES, random.Random(1))
+    changed = sum(
+        a != b
+        for s, o in zip(SENTENCES, out, strict=True)
+        for a, b in zip(s.split(), o.split(), strict=True)
+    )
+    # A replacement may draw the same word back: expect p·(1 − P(same)) ≈ 0.1·(1 − 1/6).
+    assert 0.07 < changed / 20_000 < 0.1
+
+
+def test_ngram_keeps_contiguous_span_of_one_to_five_words():
+    aug = NgramAugmenter(p=1.0, max_n=5)
+    rng = random.Random(0)
+    lengths = Counter()
+    for _ in range(2000):
+        [out] = aug([SENTENCES[0]], rng)
+        assert out in SENTENCES[0]  # a contiguous span
+        lengths[len(out.split())] += 1
+    assert set(lengths) == {1, 2, 3, 4, 5}
+    assert min(lengths.values()) > 300  # roughly uniform: 400 each expected
+
+
+def test_ngram_rate_matches_p():
+    out = NgramAugmenter(p=0.25)(SENTENCES, random.Random(2))
+    assert sum(o != s for o, s in zip(out, SENTENCES, strict=True)) / 2000 == pytest.approx(
+        0.25, abs=0.03
+    )
+
+
+def test_generate_is_deterministic_deduplicated_and_never_empty():
+    tang = ComposeAugmenter([MaskAugmenter(0.1), NgramAugmenter(0.25)])
+    texts = ["a b c d e f", "g h", "i"]
+    first = generate(texts, tang, n_iter=20, seed=0)
+    assert first == generate(texts, tang, n_iter=20, seed=0)
+    assert first != generate(texts, tang, n_iter=20, seed=1)
+    assert len(first) == len(set(first)) and not set(first) & set(texts)
+    assert all(t.strip() for t in first)
+
+
+def test_pos_requires_fit():
+    with pytest.raises(RuntimeError, match="fit"):
+        PosAugmenter(suffix_tagger)(["a"], random.Random(0))
+
+
+def test_pattern_tagger_tags_english_offline():
+    pytest.importorskip("textblob", reason="textblob not installed")
+    from edgekd.augment import pattern_tagger
+
+    assert pattern_tagger()(["a", "charming", "journey", "."]) == ["DT", "JJ", "NN", "."]
+
+
+def test_tang_builds_mask_pos_ngram_from_config():
+    pytest.importorskip("textblob", reason="textblob not installed")
+    from edgekd.augment import TangAugmenter, build_augmenter
+    from edgekd.config import AugmentConfig
+
+    corpus = ["a charming journey", "a dull film", "the great movie"]
+    aug = build_augmenter(AugmentConfig(methods=["tang"]), corpus, "[MASK]")
+    assert isinstance(aug, TangAugmenter)
+    assert [type(p).__name__ for p in aug.parts] == [
+        "MaskAugmenter",
+        "PosAugmenter",
+        "NgramAugmenter",
+    ]
+    variants = generate(corpus, aug, n_iter=20, seed=0)
+    assert variants and all(v.strip() for v in variants)
+    # POS swaps stay within the corpus vocabulary (plus the mask token).
+    vocab = {w for t in corpus for w in t.split()} | {"[MASK]"}
+    assert {w for v in variants for w in v.split()} <= vocab
