@@ -41,7 +41,7 @@ def user_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def parse_options(pairs: list[str] | None) -> dict[str, Any]:
+def parse_options(pairs: list[str] | None, flag: str = "--student-option") -> dict[str, Any]:
     """`key=value` pairs; values are read as YAML scalars (`300`, `true`, `word`)."""
     import yaml
 
@@ -49,7 +49,7 @@ def parse_options(pairs: list[str] | None) -> dict[str, Any]:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise EdgeKDError(f"--student-option {pair!r} is not key=value; e.g. hidden_size=150")
+            raise EdgeKDError(f"{flag} {pair!r} is not key=value; e.g. hidden_size=150")
         out[key.strip()] = yaml.safe_load(value)
     return out
 
@@ -141,7 +141,12 @@ def distill(
     ),
     n_iter: int | None = typer.Option(None, help="Augmented variants per training text."),
     max_augmented: int | None = typer.Option(None, help="Cap on augmented rows (subsample)."),
-    loss: str | None = typer.Option(None, help="mse (Tang et al.) or kd (Hinton)."),
+    loss: str | None = typer.Option(
+        None, help="mse (Tang et al.), kd (Hinton) or annealing (Jafari et al.)."
+    ),
+    loss_option: list[str] | None = typer.Option(
+        None, "--loss-option", "-l", help="Loss argument, key=value, e.g. tau_max=7."
+    ),
     temperature: float | None = typer.Option(None, help="Softmax temperature for kd."),
     ce_weight: float | None = typer.Option(None, help="Weight of gold-label CE, 0..1."),
     epochs: int | None = typer.Option(None),
@@ -172,10 +177,12 @@ def distill(
     cfg = override(
         cfg, augment=override(cfg.augment, methods=methods, n_iter=n_iter, max_rows=max_augmented)
     )
+    loss_options = {**cfg.loss_options, **parse_options(loss_option, "--loss-option")}
     cfg = override(
         cfg,
         student=student,
         student_options=options,
+        loss_options=loss_options,
         loss=loss,
         temperature=temperature,
         ce_weight=ce_weight,

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from edgekd.distill.schedules import Schedule
 from edgekd.errors import EdgeKDError
 
 DEFAULT_BASE = "packaged:all-MiniLM-L6-v2"
@@ -76,6 +77,12 @@ class DistillConfig(StrictModel):
     )
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
     loss: str = Field("mse", description="Registered loss: `mse` (Tang et al.) or `kd` (Hinton).")
+    loss_options: dict[str, Any] = Field(
+        default_factory=dict, description="Extra loss arguments, e.g. tau_max for `annealing`."
+    )
+    schedules: dict[str, Schedule] = Field(
+        default_factory=dict, description="Per-epoch values for loss attributes (temperature)."
+    )
     temperature: float = Field(1.0, gt=0, description="Softmax temperature T for `kd`.")
     ce_weight: float = Field(
         0.0, ge=0, le=1, description="Weight of cross-entropy on gold labels (α·CE)."

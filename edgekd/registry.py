@@ -53,7 +53,11 @@ class Registry(Generic[T]):
 STUDENTS: Registry[Any] = Registry("student", {"bilstm": "edgekd.students.bilstm:BiLSTMStudent"})
 LOSSES: Registry[Any] = Registry(
     "loss",
-    {"mse": "edgekd.distill.losses:LogitMSELoss", "kd": "edgekd.distill.losses:HintonKDLoss"},
+    {
+        "mse": "edgekd.distill.losses:LogitMSELoss",
+        "kd": "edgekd.distill.losses:HintonKDLoss",
+        "annealing": "edgekd.distill.losses:AnnealingKDLoss",
+    },
 )
 EXPORTERS: Registry[Any] = Registry(
     "exporter", {"bilstm": "edgekd.exporters.bilstm:BiLSTMExporter"}

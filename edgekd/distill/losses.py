@@ -24,6 +24,12 @@ class DistillLoss:
         self.ce_weight = ce_weight
         self.temperature = temperature
 
+    # Epochs the loss needs before early stopping may cut training (a schedule's length).
+    min_epochs: int = 0
+
+    def start_epoch(self, epoch: int) -> None:
+        """Called before each epoch (1-based); schedules override it."""
+
     def distill_term(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
@@ -61,3 +67,42 @@ class HintonKDLoss(DistillLoss):
         log_p_t = F.log_softmax(teacher / t, dim=1)
         kl = F.kl_div(log_p_s, log_p_t, log_target=True, reduction="batchmean")
         return kl * t * t
+
+
+class AnnealingKDLoss(DistillLoss):
+    """Annealing KD (Jafari et al. 2021, "Annealing Knowledge Distillation", arXiv:2104.07163).
+
+    Stage I, epochs 1..k·τ_max: D = ||z_s − Φ(τ)·z_t||², batch mean, with
+    Φ(τ) = 1 − (τ − 1)/τ_max and τ stepping down from τ_max to 1, k epochs per
+    step: the student first matches a flattened teacher, then a sharper one.
+    Stage II, every later epoch: cross-entropy on gold labels only.
+    """
+
+    def __init__(
+        self,
+        ce_weight: float = 0.0,
+        temperature: float = 1.0,
+        tau_max: int = 7,
+        epochs_per_step: int = 1,
+    ) -> None:
+        super().__init__(ce_weight, temperature)
+        if tau_max < 1 or epochs_per_step < 1:
+            raise ValueError("tau_max and epochs_per_step must be >= 1")
+        self.tau_max, self.k = tau_max, epochs_per_step
+        self.min_epochs = tau_max * epochs_per_step
+        self.stage1_ce_weight = ce_weight
+        self.start_epoch(1)
+
+    def tau(self, epoch: int) -> int:
+        return max(1, self.tau_max - (epoch - 1) // self.k)
+
+    def phi(self, epoch: int) -> float:
+        return 1.0 - (self.tau(epoch) - 1) / self.tau_max
+
+    def start_epoch(self, epoch: int) -> None:
+        self.scale = self.phi(epoch)
+        # Stage II: gold labels alone.
+        self.ce_weight = 1.0 if epoch > self.min_epochs else self.stage1_ce_weight
+
+    def distill_term(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        return (student - self.scale * teacher).pow(2).sum(dim=1).mean()

@@ -95,6 +95,27 @@ def predict_logits(
     return out
 
 
+def build_loss(cfg: DistillConfig) -> Any:
+    """The configured loss, checked against the epochs and schedules it is given."""
+    try:
+        loss = LOSSES.get(cfg.loss)(
+            ce_weight=cfg.ce_weight, temperature=cfg.temperature, **cfg.loss_options
+        )
+    except (TypeError, ValueError) as e:
+        raise EdgeKDError(f"loss {cfg.loss!r}: {e}; fix loss_options") from None
+    for name in cfg.schedules:
+        if name not in ("temperature", "ce_weight"):
+            raise EdgeKDError(
+                f"schedule for {name!r}: only temperature and ce_weight can be scheduled"
+            )
+    if cfg.epochs < loss.min_epochs:
+        raise EdgeKDError(
+            f"loss {cfg.loss!r} needs at least {loss.min_epochs} epochs "
+            f"(got {cfg.epochs}); raise --epochs"
+        )
+    return loss
+
+
 def train_student(
     cfg: DistillConfig,
     model: Student,
@@ -112,7 +133,7 @@ def train_student(
     from accelerate.utils import set_seed
 
     set_seed(cfg.seed)
-    loss_fn = LOSSES.get(cfg.loss)(ce_weight=cfg.ce_weight, temperature=cfg.temperature)
+    loss_fn = build_loss(cfg)
     # A seedable sampler makes the shuffle order a function of the seed and epoch,
     # identical with one process or several.
     accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
@@ -141,6 +162,9 @@ def train_student(
     with progress_bar() as bar:
         job = bar.add_task("distill", total=cfg.epochs * len(loader), rate="")
         for epoch in range(1, cfg.epochs + 1):
+            loss_fn.start_epoch(epoch)
+            for name, schedule in cfg.schedules.items():
+                setattr(loss_fn, name, schedule.value(epoch, cfg.epochs))
             model.train()
             total, count = 0.0, 0
             for batch in loader:
@@ -161,6 +185,8 @@ def train_student(
                     "train_loss": total / max(count, 1),
                     "dev_accuracy": acc,
                     "dev_agreement": float((pred == dev_teacher).mean()),
+                    "temperature": loss_fn.temperature,
+                    "ce_weight": loss_fn.ce_weight,
                 }
             )
             # One line per epoch: progress bars do not render in CI logs or under nohup.
@@ -171,7 +197,7 @@ def train_student(
             if acc > best_acc:
                 best_acc, best_epoch = acc, epoch
                 best_state = copy.deepcopy(accelerator.unwrap_model(model).state_dict())
-            elif epoch - best_epoch >= cfg.patience:
+            elif epoch - best_epoch >= cfg.patience and epoch >= loss_fn.min_epochs:
                 console.print(
                     f"early stop: no dev gain for {cfg.patience} epochs "
                     f"(best epoch {best_epoch}, accuracy {best_acc:.4f})"
@@ -190,10 +216,9 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
 
     if cfg.student not in STUDENTS:
         STUDENTS.get(cfg.student)  # raises with the valid names
-    if cfg.loss not in LOSSES:
-        LOSSES.get(cfg.loss)
     for method in cfg.augment.methods:
         AUGMENTERS.get(method)  # an unknown name fails here, before any work
+    build_loss(cfg)  # so do bad loss options
     torch.manual_seed(cfg.seed)
     seconds: dict[str, float] = {}
     t = time.perf_counter()

@@ -48,3 +48,26 @@ def test_losses_reject_bad_weights():
         LogitMSELoss(ce_weight=1.5)
     with pytest.raises(ValueError, match="temperature"):
         HintonKDLoss(temperature=0)
+
+
+def test_annealing_phi_steps_down_tau_with_k_epochs_per_step():
+    from edgekd.distill.losses import AnnealingKDLoss
+
+    loss = AnnealingKDLoss(tau_max=4, epochs_per_step=2)
+    # τ: 4,4,3,3,2,2,1,1 → Φ = 1 − (τ−1)/4: 0.25, 0.25, 0.5, 0.5, 0.75, 0.75, 1, 1
+    assert [loss.phi(e) for e in range(1, 9)] == [0.25, 0.25, 0.5, 0.5, 0.75, 0.75, 1.0, 1.0]
+    assert loss.min_epochs == 8
+
+
+def test_annealing_loss_scales_teacher_then_switches_to_gold_ce():
+    from edgekd.distill.losses import AnnealingKDLoss
+
+    loss = AnnealingKDLoss(tau_max=4, epochs_per_step=2)
+    loss.start_epoch(1)
+    # S − 0.25·T = [[0.5, 2], [−0.25, −0.25]] → rows 4.25 and 0.125 → mean 2.1875
+    assert loss(S, T).item() == pytest.approx(2.1875)
+    loss.start_epoch(9)  # stage II: CE on gold labels only
+    labels = torch.tensor([0, 1])
+    assert loss(S, T, labels).item() == pytest.approx(
+        (math.log(1 + math.e) + math.log(2)) / 2, rel=1e-6
+    )

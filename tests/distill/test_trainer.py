@@ -114,3 +114,27 @@ def test_run_distill_rejects_unknown_augmenter_before_any_work(tiny_data, tmp_pa
         run_distill(
             cfg("no/teacher", tiny_data, augment=AugmentConfig(methods=["swap"])), tmp_path / "out"
         )
+
+
+def test_run_distill_applies_schedules_each_epoch(tiny_teacher, tiny_data, tmp_path):
+    from edgekd.distill.schedules import Schedule
+
+    m = run_distill(
+        cfg(
+            tiny_teacher,
+            tiny_data,
+            loss="kd",
+            epochs=3,
+            patience=5,
+            schedules={"temperature": Schedule(kind="linear", start=4, end=2)},
+        ),
+        tmp_path / "s",
+    )
+    assert [h["temperature"] for h in m["history"]] == [4.0, 3.0, 2.0]
+
+
+def test_run_distill_annealing_needs_its_schedule_length(tiny_data, tmp_path):
+    with pytest.raises(EdgeKDError, match=r"needs at least 7 epochs \(got 2\)"):
+        run_distill(cfg("no/teacher", tiny_data, loss="annealing"), tmp_path / "out")
+    with pytest.raises(EdgeKDError, match=r"loss 'mse'.*fix loss_options"):
+        run_distill(cfg("no/teacher", tiny_data, loss_options={"tau": 3}), tmp_path / "out")
