@@ -131,6 +131,10 @@ def teacher(
 def distill(
     teacher: str | None = typer.Option(None, "--teacher", help="Fine-tuned HF classifier."),
     out: Path = typer.Option(..., "--out", help="Folder for the student."),
+    extra_teacher: list[str] | None = typer.Option(
+        None, "--extra-teacher", help="Another teacher for an ensemble (repeatable)."
+    ),
+    ensemble: str | None = typer.Option(None, help="Ensemble by averaging logits or probs."),
     data: str | None = DATA,
     student: str | None = typer.Option(None, "--student", help="Student kind (bilstm)."),
     student_option: list[str] | None = typer.Option(
@@ -183,6 +187,8 @@ def distill(
         student=student,
         student_options=options,
         loss_options=loss_options,
+        extra_teachers=extra_teacher or None,
+        ensemble=ensemble,
         loss=loss,
         temperature=temperature,
         ce_weight=ce_weight,

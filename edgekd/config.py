@@ -7,7 +7,7 @@ each artifact (`save_config`) so any result can be reproduced from it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -70,6 +70,12 @@ class AugmentConfig(StrictModel):
 
 class DistillConfig(StrictModel):
     teacher: str = Field(..., description="HF id or folder of a fine-tuned classifier.")
+    extra_teachers: list[str] = Field(
+        default_factory=list, description="More teachers: distil from the ensemble of all."
+    )
+    ensemble: Literal["logits", "probs"] = Field(
+        "logits", description="Average teachers' logits, or their softened distributions (T)."
+    )
     data: DataConfig = Field(default_factory=DataConfig)
     student: str = Field("bilstm", description="Registered student name.")
     student_options: dict[str, Any] = Field(

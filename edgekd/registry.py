@@ -57,6 +57,7 @@ LOSSES: Registry[Any] = Registry(
         "mse": "edgekd.distill.losses:LogitMSELoss",
         "kd": "edgekd.distill.losses:HintonKDLoss",
         "annealing": "edgekd.distill.losses:AnnealingKDLoss",
+        "uniform": "edgekd.distill.losses:UniformTeacherLoss",
     },
 )
 EXPORTERS: Registry[Any] = Registry(

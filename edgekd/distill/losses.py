@@ -106,3 +106,34 @@ class AnnealingKDLoss(DistillLoss):
 
     def distill_term(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
         return (student - self.scale * teacher).pow(2).sum(dim=1).mean()
+
+
+class UniformTeacherLoss(HintonKDLoss):
+    """Label smoothing as KD from a uniform teacher (LSR; Yuan et al. 2020,
+    "Revisiting Knowledge Distillation via Label Smoothing Regularization", arXiv:1909.11723).
+
+    D = T² · KL(u || σ(z_s/T)) with u uniform over the C classes: the teacher's
+    logits are ignored. With ce_weight = 1 − ε and T = 1 this is cross-entropy
+    with label smoothing ε (up to the constant entropy of u).
+    """
+
+    def distill_term(self, student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+        return super().distill_term(student, torch.zeros_like(student))
+
+
+def ensemble_logits(
+    per_teacher: list[torch.Tensor], mode: str, temperature: float = 1.0
+) -> torch.Tensor:
+    """Combine teachers (MT-DNN KD, Liu et al. 2019, arXiv:1904.09482).
+
+    `logits`: the mean of the logits. `probs`: the mean of the softened
+    distributions p̄ = mean_i σ(z_i/T), returned as logits T·log p̄, so that
+    σ(result/T) = p̄ exactly and every loss can consume it unchanged.
+    """
+    stacked = torch.stack(per_teacher)
+    if mode == "logits":
+        return stacked.mean(0)
+    if mode == "probs":
+        probs = F.softmax(stacked / temperature, dim=-1).mean(0)
+        return temperature * probs.clamp_min(1e-12).log()
+    raise ValueError(f"unknown ensemble mode {mode!r}; valid: logits, probs")

@@ -50,13 +50,13 @@ def augmented_texts(cfg: DistillConfig, train_texts: list[str], tokenizer: Any) 
 
 
 def label_with_teacher(
-    cfg: DistillConfig, splits: dict[str, list[str]], teacher: Any, tokenizer: Any
+    cfg: DistillConfig, name: str, splits: dict[str, list[str]], teacher: Any, tokenizer: Any
 ) -> tuple[dict[str, np.ndarray], dict[str, bool]]:
-    """Teacher logits per named split of texts, from the cache when the key matches."""
+    """Teacher `name`'s logits per named split of texts, from the cache when the key matches."""
     from edgekd.teacher import teacher_logits
 
     cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
-    fp = teacher_fingerprint(cfg.teacher, teacher)
+    fp = teacher_fingerprint(name, teacher)
     augmentation = cfg.augment.model_dump_json() if cfg.augment.methods else "none"
     out, hits = {}, {}
     for name, texts in splits.items():
@@ -93,6 +93,34 @@ def predict_logits(
             out[idx] = logits
     assert out is not None
     return out
+
+
+def ensemble_labels(
+    cfg: DistillConfig,
+    splits: dict[str, list[str]],
+    first: dict[str, np.ndarray],
+    label_names: list[str],
+) -> dict[str, np.ndarray]:
+    """Label with every extra teacher, one in memory at a time, and combine with the first."""
+    from edgekd.distill.losses import ensemble_logits
+    from edgekd.teacher import load_teacher, teacher_label_names
+
+    per_teacher = [first]
+    for name in cfg.extra_teachers:
+        model, tok = load_teacher(name)
+        if teacher_label_names(model.config) != label_names:
+            raise EdgeKDError(
+                f"teacher {name} has labels {teacher_label_names(model.config)}, "
+                f"the first teacher {label_names}; ensemble teachers must agree"
+            )
+        per_teacher.append(label_with_teacher(cfg, name, splits, model, tok)[0])
+        del model
+    return {
+        split: ensemble_logits(
+            [torch.from_numpy(t[split]) for t in per_teacher], cfg.ensemble, cfg.temperature
+        ).numpy()
+        for split in splits
+    }
 
 
 def build_loss(cfg: DistillConfig) -> Any:
@@ -241,7 +269,9 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
     # Under `accelerate launch`, the main process labels first and writes the cache; the
     # others then read it instead of running the teacher again.
     with state.main_process_first():
-        logits, hits = label_with_teacher(cfg, splits, teacher, teacher_tok)
+        logits, hits = label_with_teacher(cfg, cfg.teacher, splits, teacher, teacher_tok)
+        if cfg.extra_teachers:
+            logits = ensemble_labels(cfg, splits, logits, task.label_names)
     dev_logits = logits["dev"]
     seconds["teacher_logits"] = time.perf_counter() - t
     # Augmented rows carry soft logits only: their gold label is NO_LABEL.
@@ -271,6 +301,7 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
 
     metrics = {
         "teacher": cfg.teacher,
+        "extra_teachers": cfg.extra_teachers,
         "student": cfg.student,
         "teacher_accuracy": float((teacher_pred == gold).mean()),
         "student_accuracy": float((pred == gold).mean()),

@@ -71,3 +71,28 @@ def test_annealing_loss_scales_teacher_then_switches_to_gold_ce():
     assert loss(S, T, labels).item() == pytest.approx(
         (math.log(1 + math.e) + math.log(2)) / 2, rel=1e-6
     )
+
+
+def test_uniform_teacher_is_label_smoothing():
+    from edgekd.distill.losses import UniformTeacherLoss
+
+    eps = 0.2
+    labels = torch.tensor([0, 1])
+    got = UniformTeacherLoss(ce_weight=1 - eps)(S, T, labels)
+    # label smoothing ε with C = 2: target (1−ε)·onehot + ε/2. Its CE = (1−ε)·CE + ε·H(u, p),
+    # and ε·KL(u||p) = ε·(H(u, p) − log 2): the two differ by the constant ε·log 2.
+    smoothed = torch.nn.functional.cross_entropy(S, labels, label_smoothing=eps)
+    assert got.item() == pytest.approx(smoothed.item() - eps * math.log(2), rel=1e-6)
+
+
+def test_ensemble_probs_mode_returns_logits_of_mean_distribution():
+    from edgekd.distill.losses import ensemble_logits
+
+    a, b = torch.tensor([[0.0, 0.0]]), torch.tensor([[math.log(3), 0.0]])
+    # σ(a) = [0.5, 0.5], σ(b) = [0.75, 0.25] → mean [0.625, 0.375]
+    out = ensemble_logits([a, b], "probs")
+    assert torch.softmax(out, -1).tolist()[0] == pytest.approx([0.625, 0.375])
+    assert ensemble_logits([a, b], "logits").tolist()[0] == pytest.approx([math.log(3) / 2, 0])
+    t2 = ensemble_logits([a, b], "probs", temperature=2.0)
+    mean_soft = (torch.softmax(a / 2, -1) + torch.softmax(b / 2, -1)) / 2
+    assert torch.softmax(t2 / 2, -1)[0].tolist() == pytest.approx(mean_soft[0].tolist())
