@@ -140,17 +140,26 @@ def test_run_distill_annealing_needs_its_schedule_length(tiny_data, tmp_path):
         run_distill(cfg("no/teacher", tiny_data, loss_options={"tau": 3}), tmp_path / "out")
 
 
-def test_run_distill_ensemble_averages_teachers(tiny_teacher, tiny_data, tmp_path):
+def test_run_distill_ensemble_averages_teachers(tiny_teacher, tiny_data, tmp_path, monkeypatch):
     import numpy as np
 
     from conftest import build_tiny_bert
     from edgekd.data import load_task
+    from edgekd.distill import trainer
     from edgekd.teacher import load_teacher, teacher_logits
 
     other = build_tiny_bert(tmp_path / "other", seed=7)
     dev = load_task(DataConfig(spec=str(tiny_data))).dev
     mean = sum(teacher_logits(*load_teacher(str(t)), dev.texts) for t in (tiny_teacher, other)) / 2
-    expected = float((mean.argmax(1) == np.array(dev.labels)).mean())
+    seen = {}
+    real = trainer.train_student
+
+    def spy(cfg, model, tok, train, dev_split, train_logits, dev_logits):
+        seen["dev"] = dev_logits
+        return real(cfg, model, tok, train, dev_split, train_logits, dev_logits)
+
+    monkeypatch.setattr(trainer, "train_student", spy)
     m = run_distill(cfg(tiny_teacher, tiny_data, extra_teachers=[str(other)]), tmp_path / "s")
-    assert m["teacher_accuracy"] == pytest.approx(expected)
+    np.testing.assert_allclose(seen["dev"], mean, rtol=1e-5, atol=1e-6)
+    assert m["teacher_accuracy"] == float((mean.argmax(1) == np.array(dev.labels)).mean())
     assert m["extra_teachers"] == [str(other)]
