@@ -41,3 +41,40 @@ def test_ci_runs_readme_setup_and_test_blocks_verbatim():
             check=True,
         ).stdout
         assert must_contain in out and "```" not in out
+
+
+def readme_commands() -> list[list[str]]:
+    """Every `edgekd ...` command in the README's bash blocks, continuation lines joined."""
+    import re
+    import shlex
+
+    text = (REPO / "README.md").read_text()
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("&&")[-1].strip()
+            if line.startswith("edgekd "):
+                commands.append(shlex.split(line)[1:])
+    return commands
+
+
+def test_readme_edgekd_commands_parse_with_the_real_cli():
+    import typer.main
+
+    from edgekd.cli import app
+
+    group = typer.main.get_command(app)
+    commands = readme_commands()
+    assert {c[0] for c in commands} >= {
+        "teacher",
+        "distill",
+        "export",
+        "profile",
+        "check",
+        "quickstart",
+    }
+    for args in commands:
+        ctx = group.make_context("edgekd", list(args), resilient_parsing=False)
+        sub = group.get_command(ctx, args[0])
+        assert sub is not None, args
+        sub.make_context(args[0], list(args[1:]), parent=ctx)  # raises on a bad option
