@@ -416,8 +416,9 @@ def devices() -> None:
 def quickstart(
     data: str = typer.Option("glue/sst2", "--data", help="HF dataset or local copy."),
     teacher: str | None = typer.Option(
-        None, "--teacher", help="Fine-tuned classifier; default: fine-tune the packaged MiniLM."
+        None, "--teacher", help="Fine-tuned classifier; default: fine-tune --base first."
     ),
+    base: str | None = typer.Option(None, help="Encoder to fine-tune (default: packaged MiniLM)."),
     out: Path = typer.Option(Path("runs/quickstart"), "--out", help="Folder for every stage."),
     max_train: int = typer.Option(20_000, help="Training rows for the student."),
     teacher_max_train: int = typer.Option(4_000, help="Rows to fine-tune a teacher on."),
@@ -427,7 +428,7 @@ def quickstart(
     """Teacher → BiLSTM → int8 ONNX → profile → check, ending in one table."""
     from edgekd.quickstart import run_quickstart
 
-    code = run_quickstart(data, teacher, out, max_train, teacher_max_train, epochs, seed)
+    code = run_quickstart(data, teacher, out, max_train, teacher_max_train, epochs, seed, base)
     raise typer.Exit(code)
 
 

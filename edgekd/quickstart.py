@@ -31,6 +31,7 @@ def run_quickstart(
     teacher_max_train: int,
     epochs: int,
     seed: int,
+    base: str | None = None,
 ) -> int:
     """Run every stage into `out`; print the summary table; return the check's exit code."""
     from rich.table import Table
@@ -49,10 +50,12 @@ def run_quickstart(
     out.mkdir(parents=True, exist_ok=True)
 
     if teacher is None:
-        console.rule("1/5 teacher: fine-tune the packaged MiniLM")
         tcfg = TeacherConfig(
             data=data_cfg.model_copy(update={"max_train": teacher_max_train}), epochs=2, seed=seed
         )
+        if base:
+            tcfg = tcfg.model_copy(update={"base": base})
+        console.rule(f"1/5 teacher: fine-tune {tcfg.base} on {teacher_max_train:,} rows")
         teacher_dir = out / "teacher"
         with atomic_dir(teacher_dir) as tmp:
             metrics = finetune(tcfg, load_task(tcfg.data), tmp)
