@@ -164,6 +164,9 @@ def distill(
     train_split: str | None = TRAIN_SPLIT,
     dev_split: str | None = DEV_SPLIT,
     cache_dir: str | None = typer.Option(None, help="Teacher-logit cache folder."),
+    teacher_runtime: str | None = typer.Option(
+        None, help="torch (fp32) or onnx-int8 (faster labelling; agreement reported)."
+    ),
     seed: int | None = typer.Option(None),
     config: Path | None = CONFIG,
 ) -> None:
@@ -197,6 +200,7 @@ def distill(
         lr=lr,
         patience=patience,
         cache_dir=cache_dir,
+        teacher_runtime=teacher_runtime,
         seed=seed,
     )
     cfg = with_data(

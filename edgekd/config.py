@@ -99,6 +99,9 @@ class DistillConfig(StrictModel):
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(5.0, gt=0, description="Max global gradient norm.")
     patience: int = Field(3, ge=1, description="Epochs without dev gain before stopping.")
+    teacher_runtime: Literal["torch", "onnx-int8"] = Field(
+        "torch", description="Label with PyTorch fp32, or a dynamic int8 ONNX export (faster)."
+    )
     teacher_batch_size: int = Field(64, ge=1)
     teacher_max_length: int = Field(128, ge=8, description="Teacher tokens per example.")
     cache_dir: str | None = Field(None, description="Teacher-logit cache; ~/.cache/edgekd.")

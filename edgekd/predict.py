@@ -30,7 +30,13 @@ class Predictor(Protocol):
 class OnnxPredictor:
     """An ONNX classifier run with onnxruntime on the CPU."""
 
-    def __init__(self, path: str | Path, threads: int = 0, batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        threads: int = 0,
+        batch_size: int = 64,
+        max_length: int = HF_MAX_LENGTH,
+    ) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -48,7 +54,7 @@ class OnnxPredictor:
             id2label = config.get("id2label") or {}
             self.label_names = [str(id2label.get(str(i), i)) for i in range(len(id2label))]
             self.tokenizer = StudentTokenizer(
-                Tokenizer.from_file(str(folder / "tokenizer.json")), HF_MAX_LENGTH, True
+                Tokenizer.from_file(str(folder / "tokenizer.json")), max_length, True
             )
         else:
             raise EdgeKDError(
@@ -69,11 +75,23 @@ class OnnxPredictor:
             enc["token_type_ids"] = np.zeros_like(enc["input_ids"])
         return {k: v for k, v in enc.items() if k in self.input_names}
 
-    def logits(self, texts: list[str]) -> np.ndarray:
+    def logits(self, texts: list[str], description: str | None = None) -> np.ndarray:
+        """Logits in the order of `texts`; with `description`, a progress bar."""
+        import contextlib
+
         ids = self.tokenizer.ids(texts)
         out = np.zeros((len(texts), len(self.label_names)), dtype=np.float32)
-        for idx in length_sorted_batches([len(x) for x in ids], self.batch_size):
-            out[idx] = self.session.run(None, self.feed([ids[i] for i in idx]))[0]
+        with contextlib.ExitStack() as stack:
+            bar = job = None
+            if description:
+                from edgekd.progress import progress_bar
+
+                bar = stack.enter_context(progress_bar())
+                job = bar.add_task(description, total=len(texts), rate="")
+            for idx in length_sorted_batches([len(x) for x in ids], self.batch_size):
+                out[idx] = self.session.run(None, self.feed([ids[i] for i in idx]))[0]
+                if bar is not None and job is not None:
+                    bar.update(job, advance=len(idx))
         return out
 
 

@@ -7,14 +7,24 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TaskProgressColumn,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
 # Progress goes to stderr so `--json -` style stdout stays machine-readable.
 console = Console(stderr=True)
+
+
+class SpeedColumn(ProgressColumn):
+    """Items per second (texts/s when labelling, steps/s when training)."""
+
+    def render(self, task: Task) -> Text:
+        return Text(f"{task.speed:,.0f}/s" if task.speed else "")
 
 
 def progress_bar() -> Progress:
@@ -23,6 +33,7 @@ def progress_bar() -> Progress:
         BarColumn(),
         MofNCompleteColumn(),
         TaskProgressColumn(),
+        SpeedColumn(),
         TextColumn("{task.fields[rate]}"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),

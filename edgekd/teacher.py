@@ -120,7 +120,6 @@ def teacher_logits(
         len(x) for x in tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
     ]
     out = np.zeros((len(texts), model.config.num_labels), dtype=np.float32)
-    start = time.perf_counter()
     with progress_bar() as bar, torch.inference_mode():
         task = bar.add_task(description, total=len(texts), rate="")
         for idx in length_sorted_batches(lengths, batch_size):
@@ -132,9 +131,7 @@ def teacher_logits(
                 return_tensors="pt",
             )
             out[idx] = model(**enc).logits.float().numpy()
-            done = bar.tasks[task].completed + len(idx)
-            rate = done / max(time.perf_counter() - start, 1e-9)
-            bar.update(task, advance=len(idx), rate=f"{rate:,.0f} texts/s")
+            bar.update(task, advance=len(idx))
     return out
 
 

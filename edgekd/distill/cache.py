@@ -44,7 +44,11 @@ def teacher_fingerprint(name_or_path: str, model: Any | None = None) -> str:
 
 
 def cache_key(
-    teacher_fp: str, texts: list[str], max_length: int, augmentation: str = "none"
+    teacher_fp: str,
+    texts: list[str],
+    max_length: int,
+    augmentation: str = "none",
+    runtime: str = "torch",
 ) -> str:
     h = hashlib.sha256()
     h.update(
@@ -54,6 +58,7 @@ def cache_key(
                 "teacher": teacher_fp,
                 "max_length": max_length,
                 "augmentation": augmentation,
+                "runtime": runtime,
                 "n": len(texts),
             }
         ).encode()

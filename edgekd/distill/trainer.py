@@ -18,7 +18,7 @@ import torch
 
 from edgekd.config import DistillConfig, save_config
 from edgekd.data import Split, length_sorted_batches, load_task
-from edgekd.distill.cache import cache_key, cached_logits, default_cache_dir, teacher_fingerprint
+from edgekd.distill.labeling import augmented_texts, teacher_labels
 from edgekd.distill.losses import NO_LABEL
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, write_json
@@ -26,56 +26,6 @@ from edgekd.progress import console, progress_bar
 from edgekd.registry import AUGMENTERS, LOSSES, STUDENTS
 from edgekd.students.base import Student, save_student
 from edgekd.students.tokenizer import StudentTokenizer
-
-
-def augmented_texts(cfg: DistillConfig, train_texts: list[str], tokenizer: Any) -> list[str]:
-    """The transfer set's extra rows: deduplicated variants of the training texts."""
-    import random
-
-    from edgekd.augment import build_augmenter, generate
-
-    if not cfg.augment.methods:
-        return []
-    mask = getattr(tokenizer, "mask_token", None) or "[MASK]"
-    augmenter = build_augmenter(cfg.augment, train_texts, mask)
-    with console.status(f"augmenting {len(train_texts):,} texts × {cfg.augment.n_iter}"):
-        rows = generate(train_texts, augmenter, cfg.augment.n_iter, cfg.augment.seed)
-    if cfg.augment.max_rows is not None and len(rows) > cfg.augment.max_rows:
-        keep = sorted(
-            random.Random(cfg.augment.seed).sample(range(len(rows)), cfg.augment.max_rows)
-        )
-        rows = [rows[i] for i in keep]
-    console.print(f"augmentation {'+'.join(cfg.augment.methods)}: {len(rows):,} new rows")
-    return rows
-
-
-def label_with_teacher(
-    cfg: DistillConfig, name: str, splits: dict[str, list[str]], teacher: Any, tokenizer: Any
-) -> tuple[dict[str, np.ndarray], dict[str, bool]]:
-    """Teacher `name`'s logits per named split of texts, from the cache when the key matches."""
-    from edgekd.teacher import teacher_logits
-
-    cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
-    fp = teacher_fingerprint(name, teacher)
-    augmentation = cfg.augment.model_dump_json() if cfg.augment.methods else "none"
-    out, hits = {}, {}
-    for name, texts in splits.items():
-        key = cache_key(
-            fp, texts, cfg.teacher_max_length, augmentation if name == "augmented" else "none"
-        )
-        out[name], hits[name] = cached_logits(
-            cache_dir,
-            key,
-            lambda t=texts, n=name: teacher_logits(
-                teacher,
-                tokenizer,
-                t,
-                cfg.teacher_batch_size,
-                cfg.teacher_max_length,
-                f"teacher logits ({n})",
-            ),
-        )
-    return out, hits
 
 
 def predict_logits(
@@ -93,34 +43,6 @@ def predict_logits(
             out[idx] = logits
     assert out is not None
     return out
-
-
-def ensemble_labels(
-    cfg: DistillConfig,
-    splits: dict[str, list[str]],
-    first: dict[str, np.ndarray],
-    label_names: list[str],
-) -> dict[str, np.ndarray]:
-    """Label with every extra teacher, one in memory at a time, and combine with the first."""
-    from edgekd.distill.losses import ensemble_logits
-    from edgekd.teacher import load_teacher, teacher_label_names
-
-    per_teacher = [first]
-    for name in cfg.extra_teachers:
-        model, tok = load_teacher(name)
-        if teacher_label_names(model.config) != label_names:
-            raise EdgeKDError(
-                f"teacher {name} has labels {teacher_label_names(model.config)}, "
-                f"the first teacher {label_names}; ensemble teachers must agree"
-            )
-        per_teacher.append(label_with_teacher(cfg, name, splits, model, tok)[0])
-        del model
-    return {
-        split: ensemble_logits(
-            [torch.from_numpy(t[split]) for t in per_teacher], cfg.ensemble, cfg.temperature
-        ).numpy()
-        for split in splits
-    }
 
 
 def build_loss(cfg: DistillConfig) -> Any:
@@ -269,9 +191,7 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
     # Under `accelerate launch`, the main process labels first and writes the cache; the
     # others then read it instead of running the teacher again.
     with state.main_process_first():
-        logits, hits = label_with_teacher(cfg, cfg.teacher, splits, teacher, teacher_tok)
-        if cfg.extra_teachers:
-            logits = ensemble_labels(cfg, splits, logits, task.label_names)
+        logits, hits, runtime = teacher_labels(cfg, splits, teacher, teacher_tok, task.label_names)
     dev_logits = logits["dev"]
     seconds["teacher_logits"] = time.perf_counter() - t
     # Augmented rows carry soft logits only: their gold label is NO_LABEL.
@@ -302,6 +222,7 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
     metrics = {
         "teacher": cfg.teacher,
         "extra_teachers": cfg.extra_teachers,
+        "teacher_runtime": runtime,
         "student": cfg.student,
         "teacher_accuracy": float((teacher_pred == gold).mean()),
         "student_accuracy": float((pred == gold).mean()),

@@ -163,3 +163,17 @@ def test_run_distill_ensemble_averages_teachers(tiny_teacher, tiny_data, tmp_pat
     np.testing.assert_allclose(seen["dev"], mean, rtol=1e-5, atol=1e-6)
     assert m["teacher_accuracy"] == float((mean.argmax(1) == np.array(dev.labels)).mean())
     assert m["extra_teachers"] == [str(other)]
+
+
+def test_run_distill_labels_with_int8_onnx_teacher_and_reports_it(
+    tiny_teacher, tiny_data, tmp_path
+):
+    m = run_distill(cfg(tiny_teacher, tiny_data, teacher_runtime="onnx-int8"), tmp_path / "a")
+    report = m["teacher_runtime"]
+    assert report["runtime"] == "onnx-int8"
+    assert 0 <= report["agreement_with_fp32"] <= 1 and report["speedup_vs_torch"] > 0
+    again = run_distill(cfg(tiny_teacher, tiny_data, teacher_runtime="onnx-int8"), tmp_path / "b")
+    assert again["cache_hits"]["train"] is True
+    # The fp32 and int8 caches are separate entries.
+    torch_run = run_distill(cfg(tiny_teacher, tiny_data), tmp_path / "c")
+    assert torch_run["cache_hits"]["train"] is False

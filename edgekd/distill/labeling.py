@@ -1,0 +1,169 @@
+"""The transfer set: training texts plus augmented variants, labelled by the teacher(s).
+
+Teacher logits are computed once per (teacher, texts, max length, augmentation,
+runtime) and cached (see `cache.py`). The teacher runs on PyTorch fp32, or on an
+int8 ONNX export of itself (`teacher_runtime: onnx-int8`), which labels faster;
+its speedup and its agreement with the fp32 teacher are measured on dev.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from edgekd.config import DistillConfig
+from edgekd.distill.cache import cache_key, cached_logits, default_cache_dir, teacher_fingerprint
+from edgekd.errors import EdgeKDError
+from edgekd.progress import console
+
+# (texts, progress description) → logits (N × C, float32), rows in the order of texts
+Labeler = Callable[[list[str], str], np.ndarray]
+
+
+def augmented_texts(cfg: DistillConfig, train_texts: list[str], tokenizer: Any) -> list[str]:
+    """The transfer set's extra rows: deduplicated variants of the training texts."""
+    from edgekd.augment import build_augmenter, generate
+
+    if not cfg.augment.methods:
+        return []
+    mask = getattr(tokenizer, "mask_token", None) or "[MASK]"
+    augmenter = build_augmenter(cfg.augment, train_texts, mask)
+    with console.status(f"augmenting {len(train_texts):,} texts × {cfg.augment.n_iter}"):
+        rows = generate(train_texts, augmenter, cfg.augment.n_iter, cfg.augment.seed)
+    if cfg.augment.max_rows is not None and len(rows) > cfg.augment.max_rows:
+        rng = random.Random(cfg.augment.seed)
+        rows = [rows[i] for i in sorted(rng.sample(range(len(rows)), cfg.augment.max_rows))]
+    console.print(f"augmentation {'+'.join(cfg.augment.methods)}: {len(rows):,} new rows")
+    return rows
+
+
+def cache_dir(cfg: DistillConfig) -> Path:
+    return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+
+
+def torch_labeler(cfg: DistillConfig, model: Any, tokenizer: Any) -> Labeler:
+    from edgekd.teacher import teacher_logits
+
+    return lambda texts, what: teacher_logits(
+        model, tokenizer, texts, cfg.teacher_batch_size, cfg.teacher_max_length, what
+    )
+
+
+def int8_onnx_labeler(cfg: DistillConfig, name: str, fingerprint: str) -> Labeler:
+    """The teacher exported to ONNX and dynamically quantized, built once per teacher."""
+    from edgekd.exporters.quantize import DynamicInt8Quantizer
+    from edgekd.exporters.teacher import export_teacher
+    from edgekd.predict import OnnxPredictor
+
+    folder = cache_dir(cfg).parent / "teachers" / fingerprint[:32]
+    if not (folder / "model.int8.onnx").is_file():
+        with console.status(f"exporting {name} to int8 ONNX for labelling"):
+            export_teacher(name, folder)
+            tmp = folder / f".model.int8.onnx.tmp-{os.getpid()}"
+            DynamicInt8Quantizer().quantize(folder / "model.onnx", tmp)
+            os.replace(tmp, folder / "model.int8.onnx")
+    predictor = OnnxPredictor(
+        folder / "model.int8.onnx",
+        batch_size=cfg.teacher_batch_size,
+        max_length=cfg.teacher_max_length,
+    )
+    return lambda texts, what: predictor.logits(texts, what)
+
+
+def label_splits(
+    cfg: DistillConfig,
+    fingerprint: str,
+    splits: dict[str, list[str]],
+    labeler: Labeler,
+    runtime: str,
+) -> tuple[dict[str, np.ndarray], dict[str, bool]]:
+    """Logits per named split, each from the cache when its key matches."""
+    augmentation = cfg.augment.model_dump_json() if cfg.augment.methods else "none"
+    out, hits = {}, {}
+    for split, texts in splits.items():
+        key = cache_key(
+            fingerprint,
+            texts,
+            cfg.teacher_max_length,
+            augmentation if split == "augmented" else "none",
+            runtime,
+        )
+        out[split], hits[split] = cached_logits(
+            cache_dir(cfg), key, lambda t=texts, s=split: labeler(t, f"teacher logits ({s})")
+        )
+    return out, hits
+
+
+def compare_runtimes(
+    reference: Labeler, fast: Labeler, texts: list[str]
+) -> tuple[np.ndarray, dict[str, float]]:
+    """Label `texts` with both, timed side by side; the reference's logits and a report."""
+    t = time.perf_counter()
+    ref = reference(texts, "teacher fp32 (dev, timed)")
+    ref_s = time.perf_counter() - t
+    t = time.perf_counter()
+    got = fast(texts, "teacher int8 (dev, timed)")
+    fast_s = time.perf_counter() - t
+    return ref, {
+        "agreement_with_fp32": float((ref.argmax(1) == got.argmax(1)).mean()),
+        "speedup_vs_torch": ref_s / max(fast_s, 1e-9),
+        "torch_seconds": ref_s,
+        "int8_seconds": fast_s,
+    }
+
+
+def teacher_labels(
+    cfg: DistillConfig,
+    splits: dict[str, list[str]],
+    teacher: Any,
+    tokenizer: Any,
+    label_names: list[str],
+) -> tuple[dict[str, np.ndarray], dict[str, bool], dict[str, Any]]:
+    """Logits for every split from the configured teacher(s) and runtime.
+
+    Returns (logits, cache hits, runtime report). Dev logits always come from the
+    fp32 PyTorch teacher: they are the reference the student is judged against.
+    """
+    from edgekd.teacher import load_teacher, teacher_label_names
+
+    per_teacher, hits, report = [], {}, {"runtime": cfg.teacher_runtime}
+    for i, name in enumerate([cfg.teacher, *cfg.extra_teachers]):
+        model, tok = (teacher, tokenizer) if i == 0 else load_teacher(name)
+        if teacher_label_names(model.config) != label_names:
+            raise EdgeKDError(
+                f"teacher {name} has labels {teacher_label_names(model.config)}, "
+                f"the first teacher {label_names}; ensemble teachers must agree"
+            )
+        fp = teacher_fingerprint(name, model)
+        reference = torch_labeler(cfg, model, tok)
+        if cfg.teacher_runtime == "torch":
+            logits, teacher_hits = label_splits(cfg, fp, splits, reference, "torch")
+        else:
+            fast = int8_onnx_labeler(cfg, name, fp)
+            rest = {k: v for k, v in splits.items() if k != "dev"}
+            logits, teacher_hits = label_splits(cfg, fp, rest, fast, cfg.teacher_runtime)
+            logits["dev"], timing = compare_runtimes(reference, fast, splits["dev"])
+            teacher_hits["dev"] = False
+            if i == 0:
+                report.update(timing)
+        per_teacher.append(logits)
+        hits = hits or teacher_hits  # report the first teacher's cache use
+        del model
+    if len(per_teacher) == 1:
+        return per_teacher[0], hits, report
+    from edgekd.distill.losses import ensemble_logits
+
+    combined = {
+        split: ensemble_logits(
+            [torch.from_numpy(t[split]) for t in per_teacher], cfg.ensemble, cfg.temperature
+        ).numpy()
+        for split in splits
+    }
+    return combined, hits, report
