@@ -5,7 +5,9 @@ from edgekd.registry import LOSSES, Registry
 
 
 def test_get_lists_valid_names_when_unknown():
-    with pytest.raises(EdgeKDError, match=r"unknown loss 'nope'; valid names: annealing, kd, mse, uniform"):
+    with pytest.raises(
+        EdgeKDError, match=r"unknown loss 'nope'; valid names: annealing, kd, mse, uniform"
+    ):
         LOSSES.get("nope")
 
 
