@@ -32,9 +32,21 @@ def cpu_model() -> str:
 
 
 def peak_rss_mb() -> float:
+    """Peak resident memory of this process, MB.
+
+    On Linux (and Android) VmHWM belongs to this process's own address space, which
+    exec starts afresh. ru_maxrss does not: it carries over the parent's peak across
+    fork and exec, so a child of a 700 MB torch process would report 700 MB.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    # Linux reports KiB, macOS bytes.
-    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024  # bytes vs KiB
 
 
 def percentile(sorted_ms: list[float], q: float) -> float:
