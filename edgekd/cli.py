@@ -424,7 +424,9 @@ def quickstart(
     ),
     base: str | None = typer.Option(None, help="Encoder to fine-tune (default: packaged MiniLM)."),
     out: Path = typer.Option(Path("runs/quickstart"), "--out", help="Folder for every stage."),
-    max_train: int = typer.Option(20_000, help="Training rows for the student."),
+    max_train: int = typer.Option(
+        100_000, help="Training rows for the student (a seeded subsample above this)."
+    ),
     teacher_max_train: int = typer.Option(4_000, help="Rows to fine-tune a teacher on."),
     epochs: int = typer.Option(4, help="Student epochs."),
     seed: int = typer.Option(0),

@@ -32,7 +32,7 @@ def test_quickstart_runs_every_stage_and_exits_with_the_budget_verdict(tmp_path,
     )
     summary = json.loads((out / "quickstart.json").read_text())
     assert [row["model"] for row in summary["rows"]] == [
-        "teacher fp32 (ONNX)",
+        "teacher fp32",
         "student fp32",
         "student int8",
     ]
@@ -40,4 +40,4 @@ def test_quickstart_runs_every_stage_and_exits_with_the_budget_verdict(tmp_path,
     assert r.exit_code == (0 if all(b["passed"] for b in summary["budget"]) else 1)
     for stage in ("teacher", "student", "export", "teacher-onnx", "budget.yaml"):
         assert (out / stage).exists(), stage
-    assert "edgekd quickstart on" in r.output
+    assert "edgekd quickstart:" in r.output
