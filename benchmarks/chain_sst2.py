@@ -218,12 +218,14 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         f"Command: `{r['command']}`. CPU: {r['machine']['cpu']}, 1 thread, batch 1, "
         f"synthetic input of {r['seq_len']} tokens (median SST-2 dev length in teacher "
-        "tokens); e2e = tokenize + infer each of the 872 dev sentences. Latencies are the "
+        "tokens); e2e = tokenize + infer each of the 872 dev sentences; peak RSS is the "
+        "profiling process's own (onnxruntime + numpy + model). Latencies are the "
         "median over interleaved rounds of each round's median; ratios are against the "
         "teacher fp32 ONNX measured in the same rounds.",
         "",
-        "| model | dev acc | retention | bytes | smaller | p50 ms | p90 ms | e2e p50 ms | faster |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | dev acc | retention | bytes | smaller | p50 ms | p90 ms | e2e p50 ms | faster "
+        "| load ms | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in r["rows"]:
         acc = "—" if row["accuracy"] is None else f"{row['accuracy']:.4f}"
@@ -235,7 +237,8 @@ def markdown(r: dict[str, Any]) -> str:
         )
         lines.append(
             f"| {row['model']} | {acc} | {ret} | {row['bytes']:,} | {smaller} | "
-            f"{row['p50_ms']:.3f} | {row['p90_ms']:.3f} | {e2e} | {faster} |"
+            f"{row['p50_ms']:.3f} | {row['p90_ms']:.3f} | {e2e} | {faster} | "
+            f"{row['load_ms']:.1f} | {row['peak_rss_mb']:.1f} |"
         )
     lines += [
         "",

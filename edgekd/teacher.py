@@ -151,11 +151,18 @@ def finetune(cfg: TeacherConfig, task: TaskData, out_dir: Path) -> dict[str, Any
     )
 
     set_seed(cfg.seed)
-    base = resolve_base(cfg.base)
+    from transformers.utils import logging as hf_logging
+
     from edgekd.hub import require_hub
 
+    base = resolve_base(cfg.base)
     require_hub(base, "base model")
     id2label = dict(enumerate(task.label_names))
+
+    # transformers warns that the new classifier head "should be trained": that is what
+    # this function is about to do, so the warning would only confuse.
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
     try:
         tokenizer = AutoTokenizer.from_pretrained(base, use_fast=True)
         model = AutoModelForSequenceClassification.from_pretrained(
@@ -171,6 +178,8 @@ def finetune(cfg: TeacherConfig, task: TaskData, out_dir: Path) -> dict[str, Any
             f"cannot load base {cfg.base!r} ({str(e).splitlines()[0][:160]}); pass --base with "
             "a local HF folder or a hub id (needs network)"
         ) from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
     accelerator = Accelerator()
     texts, labels = task.train.texts, task.train.labels
     steps_per_epoch = (len(texts) + cfg.batch_size - 1) // cfg.batch_size
