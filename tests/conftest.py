@@ -106,3 +106,15 @@ def tiny_teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test gets its own teacher-logit cache, never the user's."""
     monkeypatch.setenv("EDGEKD_CACHE", str(tmp_path / "cache"))
+
+
+PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+@pytest.fixture
+def offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Hub endpoint that cannot resolve, with no proxy or offline flag to mask it."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    for var in PROXY_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://no-such-host.invalid")

@@ -130,11 +130,7 @@ def test_load_task_uses_hub_name_and_config_when_not_a_path(monkeypatch):
     assert calls == [("glue", "sst2")] and task.dev.texts == ["z"]
 
 
-def test_load_task_fails_fast_when_hub_host_does_not_resolve(monkeypatch):
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.delenv(proxy, raising=False)
-    monkeypatch.setenv("HF_ENDPOINT", "https://no-such-host.invalid")
+def test_load_task_fails_fast_when_hub_host_does_not_resolve(offline_hub):
     with pytest.raises(EdgeKDError, match=r"cannot resolve no-such-host.invalid\); point --data"):
         load("glue/sst2")
 

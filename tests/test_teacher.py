@@ -28,13 +28,9 @@ def test_align_labels_rejects_mismatched_label_sets():
         align_labels(task(["a", "b"], [0, 1]), ["a", "b", "c"])
 
 
-def test_load_teacher_fails_fast_when_hub_id_and_offline(monkeypatch):
+def test_load_teacher_fails_fast_when_hub_id_and_offline(offline_hub):
     from edgekd.teacher import load_teacher
 
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.delenv(proxy, raising=False)
-    monkeypatch.setenv("HF_ENDPOINT", "https://no-such-host.invalid")
     with pytest.raises(EdgeKDError, match=r"not a local folder and the Hugging Face Hub is"):
         load_teacher("someone/bert-sst2")
 
