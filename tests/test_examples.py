@@ -11,8 +11,9 @@ from edgekd.config import DistillConfig, TeacherConfig, load_yaml, validate
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_example_budget_loads():
-    b = load_budget(REPO / "examples" / "budget.yaml")
+@pytest.mark.parametrize("name", ["budget.yaml", "budget-targets.yaml"])
+def test_example_budgets_load(name):
+    b = load_budget(REPO / "examples" / name)
     assert b.model == "int8" and b.max_bytes is not None
 
 
