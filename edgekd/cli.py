@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -436,11 +435,3 @@ def quickstart(
 
     code = run_quickstart(data, teacher, out, max_train, teacher_max_train, epochs, seed, base)
     raise typer.Exit(code)
-
-
-def main() -> None:  # pragma: no cover - console entry point
-    app(prog_name="edgekd")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
