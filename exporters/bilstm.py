@@ -2,13 +2,42 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import sys
+import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from edgekd.exporters.base import Exporter
+
+# torch's C++ exporter says packed-sequence ops lack shape inference; the exported
+# graph is still exact (validate() checks it), so this line is noise to users.
+BENIGN_EXPORT_WARNING = re.compile(r"shape inference of prim::(PackPadded|PadPacked) type")
+
+
+@contextlib.contextmanager
+def drop_native_stderr_lines(pattern: re.Pattern[str]) -> Iterator[None]:
+    """Hide lines matching `pattern` that native code writes to fd 2; pass the rest on."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            for line in sink.read().decode("utf-8", "replace").splitlines():
+                if not pattern.search(line):
+                    print(line, file=sys.stderr)
 
 
 class BiLSTMExporter(Exporter):
@@ -35,7 +64,7 @@ class BiLSTMExporter(Exporter):
 
         inputs = self.dummy_inputs(model)
         model.eval()
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), drop_native_stderr_lines(BENIGN_EXPORT_WARNING):
             warnings.simplefilter("ignore")
             # The TorchScript exporter (dynamo=False) maps the packed nn.LSTM to one ONNX
             # LSTM op with `sequence_lens`, which onnxruntime's dynamic quantizer turns

@@ -30,6 +30,20 @@ def test_export_validates_within_atol_on_padded_batches(tmp_path):
     assert "LSTM" in ops(tmp_path / "m.onnx")
 
 
+def test_export_hides_only_the_benign_packed_sequence_warning(tmp_path, capfd):
+    import os
+
+    from edgekd.exporters.bilstm import BENIGN_EXPORT_WARNING, drop_native_stderr_lines
+
+    BiLSTMExporter().export(student(), tmp_path / "m.onnx")
+    assert "PackPadded" not in capfd.readouterr().err
+    with drop_native_stderr_lines(BENIGN_EXPORT_WARNING):
+        os.write(2, b"Warning: The shape inference of prim::PackPadded type is missing\n")
+        os.write(2, b"a real problem\n")
+    err = capfd.readouterr().err
+    assert "a real problem" in err and "PackPadded" not in err
+
+
 def test_validate_fails_when_onnx_disagrees_with_pytorch(tmp_path):
     exporter = BiLSTMExporter()
     exporter.export(student(seed=0), tmp_path / "m.onnx")
