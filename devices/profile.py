@@ -40,9 +40,11 @@ def synthetic_texts(tokenizer_json: Path, words: int, n: int = 64, seed: int = 0
     """`n` texts of `words` whole words (no ##pieces, no [SPECIAL]) from a vocabulary."""
     import random
 
-    vocab = json.loads(tokenizer_json.read_text(encoding="utf-8"))["model"]["vocab"]
-    tokens = list(vocab) if isinstance(vocab, dict) else [t for t, *_ in vocab]
-    pool = [t for t in tokens if t.isalpha() and not t.startswith(("##", "["))] or ["a"]
+    from tokenizers import Tokenizer
+
+    vocab = Tokenizer.from_file(str(tokenizer_json)).get_vocab()  # any model type
+    pool = sorted(t for t in vocab if t.isalpha() and not t.startswith(("##", "[")))
+    pool = pool or ["a"]
     rng = random.Random(seed)
     return [" ".join(rng.choices(pool, k=words)) for _ in range(n)]
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
+import os
 import random
 import sys
 from dataclasses import dataclass, field
@@ -239,8 +241,6 @@ def _from_hf(dd: Any, cfg: DataConfig, origin: str) -> tuple[RawSplit, RawSplit 
 
 
 def _load_hub(spec: str, cfg: DataConfig) -> tuple[RawSplit, RawSplit | None]:
-    import os
-
     hint = "point --data at a local copy, e.g. --data ../shared/data/sst2"
     if not os.environ.get("HF_HUB_OFFLINE"):
         hint += ", or set HF_HUB_OFFLINE=1 to use a cached copy"
@@ -251,8 +251,6 @@ def _load_hub(spec: str, cfg: DataConfig) -> tuple[RawSplit, RawSplit | None]:
         raise EdgeKDError(
             f"cannot load dataset {spec!r} from the Hugging Face Hub ({reason}); {hint}"
         )
-    import logging
-
     import datasets
 
     # `glue/sst2` is (name, config); `stanfordnlp/imdb` is one repo id. Try the

@@ -153,8 +153,9 @@ def teacher_labels(
             teacher_hits["dev"] = False
             if i == 0:
                 report.update(timing)
+        if i == 0:
+            hits = teacher_hits  # the first teacher's cache use is the one reported
         per_teacher.append(logits)
-        hits = hits or teacher_hits  # report the first teacher's cache use
         del model
     if len(per_teacher) == 1:
         return per_teacher[0], hits, report

@@ -164,8 +164,7 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
     """Distil `cfg.teacher` into a student folder at `out_dir`; return its metrics."""
     from edgekd.teacher import align_labels, load_teacher, teacher_label_names
 
-    if cfg.student not in STUDENTS:
-        STUDENTS.get(cfg.student)  # raises with the valid names
+    STUDENTS.get(cfg.student)  # an unknown name raises, listing the valid ones
     for method in cfg.augment.methods:
         AUGMENTERS.get(method)  # an unknown name fails here, before any work
     build_loss(cfg)  # so do bad loss options
