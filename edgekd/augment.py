@@ -55,6 +55,9 @@ class Augmenter:
     """One variant per text: `__call__(texts, rng) -> texts`."""
 
     name: ClassVar[str]
+    # "text": makes new rows before teacher labelling. The registry also holds the
+    # training-time methods: "select" (minimax) and "batch" (mixup).
+    stage: ClassVar[str] = "text"
 
     def __call__(self, texts: Sequence[str], rng: random.Random) -> list[str]:
         return [" ".join(self.words(words_of(t), rng)) for t in texts]
@@ -190,28 +193,47 @@ class TangAugmenter(ComposeAugmenter):
         )
 
 
-def build_augmenter(cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
-    """The recipe's augmenters, by registered name, composed in the order given."""
+def methods_of_stage(methods: Sequence[str], stage: str) -> list[str]:
+    """The named methods that run at `stage` ("text", "select" or "batch")."""
     from edgekd.registry import AUGMENTERS
 
-    parts = [AUGMENTERS.get(name).from_config(cfg, corpus, mask_token) for name in cfg.methods]
+    return [name for name in methods if AUGMENTERS.get(name).stage == stage]
+
+
+def build_augmenter(cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
+    """The recipe's text augmenters, by registered name, composed in the order given."""
+    from edgekd.registry import AUGMENTERS
+
+    names = methods_of_stage(cfg.methods, "text")
+    if not names:
+        raise ValueError("no text augmenter among the methods (mask, pos, ngram, tang)")
+    parts = [AUGMENTERS.get(name).from_config(cfg, corpus, mask_token) for name in names]
     return parts[0] if len(parts) == 1 else ComposeAugmenter(parts)
 
 
 def generate(texts: Sequence[str], augmenter: Augmenter, n_iter: int, seed: int) -> list[str]:
-    """`n_iter` variants of every text, deduplicated, originals and empties dropped.
+    """`n_iter` variants of every text, deduplicated, originals and empties dropped."""
+    return generate_with_sources(texts, augmenter, n_iter, seed)[0]
 
-    Order is deterministic: iteration by iteration, text by text.
+
+def generate_with_sources(
+    texts: Sequence[str], augmenter: Augmenter, n_iter: int, seed: int
+) -> tuple[list[str], list[int]]:
+    """`generate`, plus the index of the text each variant came from.
+
+    Order is deterministic: iteration by iteration, text by text. A variant that
+    two texts produce is kept once, for the first.
     """
     rng = random.Random(seed)
     seen = set(texts)
-    out = []
+    out, sources = [], []
     for _ in range(n_iter):
-        for variant in augmenter(texts, rng):
+        for i, variant in enumerate(augmenter(texts, rng)):
             if variant.strip() and variant not in seen:
                 seen.add(variant)
                 out.append(variant)
-    return out
+                sources.append(i)
+    return out, sources
 
 
 def pattern_tagger() -> Tagger:

@@ -135,12 +135,27 @@ def distill(
     ),
     ensemble: str | None = typer.Option(None, help="Ensemble by averaging logits or probs."),
     data: str | None = DATA,
-    student: str | None = typer.Option(None, "--student", help="Student kind (bilstm)."),
+    student: str | None = typer.Option(None, "--student", help="Student kind: bilstm or bert."),
     student_option: list[str] | None = typer.Option(
         None, "--student-option", "-s", help="Student config field, key=value (repeatable)."
     ),
+    layers: int | None = typer.Option(None, help="bert student: transformer layers."),
+    hidden: int | None = typer.Option(None, help="bert student: width (default: teacher's)."),
+    heads: int | None = typer.Option(None, help="bert student: attention heads."),
+    ffn: int | None = typer.Option(None, help="bert student: FFN inner width."),
+    intermediate: str | None = typer.Option(
+        None, help="Intermediate-layer loss for a bert student: pkd, tinybert or alp."
+    ),
+    intermediate_option: list[str] | None = typer.Option(
+        None,
+        "--intermediate-option",
+        "-i",
+        help="layer_map=uniform|top|bottom|last, weight=..., stage_epochs=... (repeatable).",
+    ),
     augment: str | None = typer.Option(
-        None, help="Augmenters, comma-separated: mask, pos, ngram, or tang (all three)."
+        None,
+        help="Comma-separated: mask, pos, ngram, tang (all three), minimax (pick the most "
+        "divergent variants each epoch), mixup (MixKD).",
     ),
     n_iter: int | None = typer.Option(None, help="Augmented variants per training text."),
     max_augmented: int | None = typer.Option(None, help="Cap on augmented rows (subsample)."),
@@ -169,7 +184,7 @@ def distill(
     seed: int | None = typer.Option(None),
     config: Path | None = CONFIG,
 ) -> None:
-    """Distil a teacher into a small student (BiLSTM)."""
+    """Distil a teacher into a small student (BiLSTM or small BERT)."""
     from edgekd.config import DistillConfig, load_yaml, override, validate
 
     raw = load_yaml(config) if config else {}
@@ -178,14 +193,25 @@ def distill(
     if not (raw or {}).get("teacher"):
         raise EdgeKDError("no teacher given; pass --teacher DIR_OR_ID (see `edgekd teacher`)")
     cfg = validate(DistillConfig, raw, str(config or "options"))
-    options = {**cfg.student_options, **parse_options(student_option)}
+    sizes = {"layers": layers, "hidden": hidden, "heads": heads, "ffn": ffn}
+    options = {
+        **cfg.student_options,
+        **{k: v for k, v in sizes.items() if v is not None},
+        **parse_options(student_option),
+    }
     methods = [m.strip() for m in augment.split(",") if m.strip()] if augment else None
     cfg = override(
         cfg, augment=override(cfg.augment, methods=methods, n_iter=n_iter, max_rows=max_augmented)
     )
     loss_options = {**cfg.loss_options, **parse_options(loss_option, "--loss-option")}
+    layer_options = {
+        **cfg.intermediate_options,
+        **parse_options(intermediate_option, "--intermediate-option"),
+    }
     cfg = override(
         cfg,
+        intermediate=intermediate,
+        intermediate_options=layer_options,
         student=student,
         student_options=options,
         loss_options=loss_options,

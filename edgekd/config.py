@@ -6,6 +6,7 @@ each artifact (`save_config`) so any result can be reproduced from it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -55,7 +56,8 @@ class TeacherConfig(StrictModel):
 class AugmentConfig(StrictModel):
     methods: list[str] = Field(
         default_factory=list,
-        description="Augmenters applied in order (mask, pos, ngram) or `tang` for all three.",
+        description="Text augmenters in order (mask, pos, ngram; tang = all three), plus "
+        "`minimax` (select among their variants) and `mixup` (MixKD).",
     )
     p_mask: float = Field(0.1, ge=0, le=1, description="Per-word mask probability (Tang: 0.1).")
     p_pos: float = Field(0.1, ge=0, le=1, description="Per-word POS-swap probability (0.1).")
@@ -65,7 +67,21 @@ class AugmentConfig(StrictModel):
     max_rows: int | None = Field(
         None, ge=1, description="Seeded subsample of the deduplicated augmented rows."
     )
+    minimax_k: int = Field(
+        2, ge=1, description="minimax: candidates kept per text each epoch (most divergent)."
+    )
+    mixup_alpha: float = Field(0.4, gt=0, description="mixup: λ ~ Beta(a, a) (MixKD: 0.4).")
+    alpha_sm: float = Field(1.0, ge=0, description="mixup: weight of CE on mixed labels.")
+    alpha_tmkd: float = Field(1.0, ge=0, description="mixup: weight of teacher MSE on mixes.")
     seed: int = 0
+
+    def text_key(self) -> str:
+        """What the augmented rows depend on (training-time knobs left out), for caching."""
+        from edgekd.augment import methods_of_stage
+
+        fields = self.model_dump(exclude={"minimax_k", "mixup_alpha", "alpha_sm", "alpha_tmkd"})
+        fields["methods"] = methods_of_stage(self.methods, "text")
+        return json.dumps(fields, sort_keys=True)
 
 
 class DistillConfig(StrictModel):
@@ -85,6 +101,13 @@ class DistillConfig(StrictModel):
     loss: str = Field("mse", description="Registered loss: `mse` (Tang et al.) or `kd` (Hinton).")
     loss_options: dict[str, Any] = Field(
         default_factory=dict, description="Extra loss arguments, e.g. tau_max for `annealing`."
+    )
+    intermediate: str | None = Field(
+        None, description="Intermediate-layer loss for a BERT student: pkd, tinybert or alp."
+    )
+    intermediate_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="layer_map (uniform, top, bottom, last), weight, stage_epochs.",
     )
     schedules: dict[str, Schedule] = Field(
         default_factory=dict, description="Per-epoch values for loss attributes (temperature)."

@@ -50,7 +50,13 @@ class Registry(Generic[T]):
 
 # The built-ins. Adding a kind of student, loss, exporter or device is one file plus
 # one line here (or a `register` call from user code).
-STUDENTS: Registry[Any] = Registry("student", {"bilstm": "edgekd.students.bilstm:BiLSTMStudent"})
+STUDENTS: Registry[Any] = Registry(
+    "student",
+    {
+        "bilstm": "edgekd.students.bilstm:BiLSTMStudent",
+        "bert": "edgekd.students.bert:BertStudent",
+    },
+)
 LOSSES: Registry[Any] = Registry(
     "loss",
     {
@@ -61,7 +67,11 @@ LOSSES: Registry[Any] = Registry(
     },
 )
 EXPORTERS: Registry[Any] = Registry(
-    "exporter", {"bilstm": "edgekd.exporters.bilstm:BiLSTMExporter"}
+    "exporter",
+    {
+        "bilstm": "edgekd.exporters.bilstm:BiLSTMExporter",
+        "bert": "edgekd.exporters.bert:BertExporter",
+    },
 )
 QUANTIZERS: Registry[Any] = Registry(
     "quantization preset", {"dynamic": "edgekd.exporters.quantize:DynamicInt8Quantizer"}
@@ -73,6 +83,16 @@ AUGMENTERS: Registry[Any] = Registry(
         "pos": "edgekd.augment:PosAugmenter",
         "ngram": "edgekd.augment:NgramAugmenter",
         "tang": "edgekd.augment:TangAugmenter",
+        "minimax": "edgekd.distill.minimax:MinimaxSelector",
+        "mixup": "edgekd.distill.mixup:MixKD",
+    },
+)
+LAYER_LOSSES: Registry[Any] = Registry(
+    "intermediate loss",
+    {
+        "pkd": "edgekd.distill.layers:PKDLoss",
+        "tinybert": "edgekd.distill.layers:TinyBERTLoss",
+        "alp": "edgekd.distill.layers:ALPLoss",
     },
 )
 DEVICES: Registry[Any] = Registry("device runner", {"local": "edgekd.devices.local:LocalDevice"})

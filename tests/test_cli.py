@@ -146,3 +146,38 @@ def test_cli_bad_input_gives_one_line_error_and_exit_code(tmp_path, args, code, 
     assert r.exit_code == code
     lines = [line for line in r.output.splitlines() if line.strip()]
     assert lines[-1].startswith("error:") and message in lines[-1]
+
+
+def test_cli_bert_student_with_mixup_and_pkd_exports_and_teaches_a_bilstm(
+    tmp_path: Path, tiny_data: Path, tiny_teacher: Path
+):
+    # teacher → 1-layer BERT (MixKD + PKD) → ONNX; then the BERT student is the
+    # teacher of a BiLSTM: TAKD's teacher → assistant → student chain.
+    common = ["--data", tiny_data, "--epochs", 2, "--batch-size", 16]
+    r = invoke(
+        "distill", "--teacher", tiny_teacher, "--out", tmp_path / "bert", *common,
+        "--student", "bert", "--layers", 1, "-s", "max_length=16",
+        "--augment", "mask,mixup", "--n-iter", 2,
+        "--intermediate", "pkd", "-i", "layer_map=top", "-i", "weight=10",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    resolved = yaml.safe_load((tmp_path / "bert" / "config.yaml").read_text())
+    assert resolved["intermediate_options"] == {"layer_map": "top", "weight": 10}
+    assert resolved["student_options"]["layers"] == 1
+
+    r = invoke("export", tmp_path / "bert", "--out", tmp_path / "bert-onnx", "--int8")
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "bert-onnx" / "export.json").read_text())
+    assert report["models"]["fp32"]["agreement"] == 1.0
+
+    r = invoke(
+        "distill", "--teacher", tmp_path / "bert", "--out", tmp_path / "lstm", *common,
+        "-s", "embedding_dim=16", "-s", "hidden_size=8", "-s", "mlp_size=16",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    metrics = json.loads((tmp_path / "lstm" / "metrics.json").read_text())
+    assert metrics["teacher"] == str(tmp_path / "bert")
+    assert (
+        metrics["teacher_accuracy"]
+        == json.loads((tmp_path / "bert" / "metrics.json").read_text())["student_accuracy"]
+    )

@@ -27,21 +27,27 @@ from edgekd.progress import console
 Labeler = Callable[[list[str], str], np.ndarray]
 
 
-def augmented_texts(cfg: DistillConfig, train_texts: list[str], tokenizer: Any) -> list[str]:
-    """The transfer set's extra rows: deduplicated variants of the training texts."""
-    from edgekd.augment import build_augmenter, generate
+def augmented_texts(
+    cfg: DistillConfig, train_texts: list[str], tokenizer: Any
+) -> tuple[list[str], list[int]]:
+    """The transfer set's extra rows (deduplicated variants of the training texts) and,
+    per row, the index of the training text it came from."""
+    from edgekd.augment import build_augmenter, generate_with_sources, methods_of_stage
 
-    if not cfg.augment.methods:
-        return []
+    if not methods_of_stage(cfg.augment.methods, "text"):
+        return [], []
     mask = getattr(tokenizer, "mask_token", None) or "[MASK]"
     augmenter = build_augmenter(cfg.augment, train_texts, mask)
     with console.status(f"augmenting {len(train_texts):,} texts × {cfg.augment.n_iter}"):
-        rows = generate(train_texts, augmenter, cfg.augment.n_iter, cfg.augment.seed)
+        rows, sources = generate_with_sources(
+            train_texts, augmenter, cfg.augment.n_iter, cfg.augment.seed
+        )
     if cfg.augment.max_rows is not None and len(rows) > cfg.augment.max_rows:
         rng = random.Random(cfg.augment.seed)
-        rows = [rows[i] for i in sorted(rng.sample(range(len(rows)), cfg.augment.max_rows))]
+        keep = sorted(rng.sample(range(len(rows)), cfg.augment.max_rows))
+        rows, sources = [rows[i] for i in keep], [sources[i] for i in keep]
     console.print(f"augmentation {'+'.join(cfg.augment.methods)}: {len(rows):,} new rows")
-    return rows
+    return rows, sources
 
 
 def cache_dir(cfg: DistillConfig) -> Path:
@@ -85,7 +91,7 @@ def label_splits(
     runtime: str,
 ) -> tuple[dict[str, np.ndarray], dict[str, bool]]:
     """Logits per named split, each from the cache when its key matches."""
-    augmentation = cfg.augment.model_dump_json() if cfg.augment.methods else "none"
+    augmentation = cfg.augment.text_key()
     out, hits = {}, {}
     for split, texts in splits.items():
         key = cache_key(

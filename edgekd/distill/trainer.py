@@ -23,7 +23,7 @@ from edgekd.distill.losses import NO_LABEL
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, write_json
 from edgekd.progress import console, progress_bar
-from edgekd.registry import AUGMENTERS, LOSSES, STUDENTS
+from edgekd.registry import AUGMENTERS, LAYER_LOSSES, LOSSES, STUDENTS
 from edgekd.students.base import Student, save_student
 from edgekd.students.tokenizer import StudentTokenizer
 
@@ -66,6 +66,24 @@ def build_loss(cfg: DistillConfig) -> Any:
     return loss
 
 
+class Extras:
+    """What a run adds to the plain loop: an online teacher for intermediate-layer
+    losses and MixKD, and minimax selection among augmented rows."""
+
+    def __init__(
+        self,
+        teacher: Any = None,
+        teacher_tokenizer: Any = None,
+        layer_loss: Any = None,
+        mixkd: Any = None,
+        selector: Any = None,
+        n_original: int = 0,
+    ) -> None:
+        self.teacher, self.teacher_tokenizer = teacher, teacher_tokenizer
+        self.layer_loss, self.mixkd, self.selector = layer_loss, mixkd, selector
+        self.n_original = n_original
+
+
 def train_student(
     cfg: DistillConfig,
     model: Student,
@@ -74,6 +92,7 @@ def train_student(
     dev: Split,
     train_logits: np.ndarray,
     dev_logits: np.ndarray,
+    extras: Extras | None = None,
 ) -> dict[str, Any]:
     """Fit `model` in place to `train_logits`; keep the best dev-accuracy epoch.
 
@@ -82,6 +101,9 @@ def train_student(
     from accelerate import Accelerator, DataLoaderConfiguration
     from accelerate.utils import set_seed
 
+    from edgekd.distill.layers import hf_features, student_features
+
+    extras = extras or Extras()
     set_seed(cfg.seed)
     loss_fn = build_loss(cfg)
     # A seedable sampler makes the shuffle order a function of the seed and epoch,
@@ -91,22 +113,75 @@ def train_student(
     dev_ids = tok.ids(dev.texts)
     labels = torch.tensor(train.labels)
     soft = torch.from_numpy(train_logits)
+    layer_loss, mixkd, selector = extras.layer_loss, extras.mixkd, extras.selector
+    teacher = extras.teacher
+    # The teacher reads the student's own ids when they share a vocabulary (BERT
+    # students): then hidden states and attention line up token by token.
+    same_ids = teacher is not None and tok.tokenizer.get_vocab() == dict(
+        extras.teacher_tokenizer.get_vocab()
+    )
+    # Training slots → rows. Without minimax every row is one slot; with it, the
+    # augmented slots are refilled each epoch with that epoch's picks.
+    n_orig = extras.n_original if selector is not None else len(train_ids)
+    slots = np.arange(n_orig + (selector.n_selected if selector is not None else 0))
 
-    def collate(rows: list[int]) -> dict[str, torch.Tensor]:
+    def collate(idx: list[int]) -> dict[str, Any]:
+        rows = [int(slots[i]) for i in idx]
         enc = {k: torch.from_numpy(v) for k, v in tok.pad([train_ids[i] for i in rows]).items()}
-        return {**enc, "teacher": soft[rows], "labels": labels[rows]}
+        batch: dict[str, Any] = {**enc, "teacher": soft[rows], "labels": labels[rows]}
+        batch["rows"] = torch.tensor(rows)
+        if layer_loss is not None and not same_ids:
+            t_enc = extras.teacher_tokenizer(
+                [train.texts[i] for i in rows],
+                truncation=True,
+                max_length=cfg.teacher_max_length,
+                padding=True,
+                return_tensors="pt",
+            )
+            batch.update({f"t_{k}": v for k, v in t_enc.items()})
+        return batch
 
     loader = torch.utils.data.DataLoader(
-        list(range(len(train_ids))),
+        list(range(len(slots))),
         batch_size=cfg.batch_size,
         shuffle=True,
         collate_fn=collate,
         generator=torch.Generator().manual_seed(cfg.seed),
     )
-    optim = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    trainable = list(model.parameters()) + (
+        list(layer_loss.parameters()) if layer_loss is not None else []
+    )
+    optim = torch.optim.Adam(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
     model, optim, loader = accelerator.prepare(model, optim, loader)
+    if teacher is not None:
+        teacher.to(accelerator.device).eval()
+    if layer_loss is not None:
+        layer_loss.to(accelerator.device)
     dev_gold = np.array(dev.labels)
     dev_teacher = dev_logits.argmax(1)
+    # TinyBERT's first stage trains hidden layers only: its epochs cannot be the best.
+    first_scored = 1 + (layer_loss.stage_epochs if layer_loss is not None else 0)
+    min_epochs = max(loss_fn.min_epochs, first_scored)
+
+    def step_loss(batch: dict[str, Any], epoch: int) -> torch.Tensor:
+        teacher_logits = batch.pop("teacher")
+        gold = batch.pop("labels")
+        rows = batch.pop("rows")
+        t_batch = {k[2:]: batch.pop(k) for k in list(batch) if k.startswith("t_")}
+        w_layer, w_pred = layer_loss.weights(epoch) if layer_loss is not None else (0.0, 1.0)
+        if w_layer > 0:
+            scores = layer_loss.needs_scores
+            s_feat = student_features(model, batch, scores)
+            with torch.no_grad():
+                t_feat = hf_features(teacher, t_batch if t_batch else batch, scores)
+            loss = w_layer * layer_loss(s_feat, t_feat)
+            if w_pred > 0:
+                loss = loss + w_pred * loss_fn(s_feat.logits, teacher_logits, gold)
+        else:
+            loss = loss_fn(model(**batch), teacher_logits, gold)
+        if mixkd is not None and w_pred > 0:
+            loss = loss + mixkd(model, batch, [train.texts[i] for i in rows.tolist()], gold)
+        return loss
 
     best_acc, best_epoch, best_state, history = -1.0, 0, None, []
     with progress_bar() as bar:
@@ -115,14 +190,15 @@ def train_student(
             loss_fn.start_epoch(epoch)
             for name, schedule in cfg.schedules.items():
                 setattr(loss_fn, name, schedule.value(epoch, cfg.epochs))
+            if selector is not None:
+                pool = predict_logits(accelerator.unwrap_model(model), tok, train_ids[n_orig:])
+                slots[n_orig:] = n_orig + selector.select(train_logits[n_orig:], pool)
             model.train()
             total, count = 0.0, 0
             for batch in loader:
-                teacher = batch.pop("teacher")
-                gold = batch.pop("labels")
-                loss = loss_fn(model(**batch), teacher, gold)
+                loss = step_loss(batch, epoch)
                 accelerator.backward(loss)
-                accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                accelerator.clip_grad_norm_(trainable, cfg.grad_clip)
                 optim.step()
                 optim.zero_grad()
                 total, count = total + loss.item(), count + 1
@@ -137,6 +213,7 @@ def train_student(
                     "dev_agreement": float((pred == dev_teacher).mean()),
                     "temperature": loss_fn.temperature,
                     "ce_weight": loss_fn.ce_weight,
+                    "transfer_rows": len(slots),
                 }
             )
             # One line per epoch: progress bars do not render in CI logs or under nohup.
@@ -144,30 +221,120 @@ def train_student(
                 f"epoch {epoch}: train loss {total / max(count, 1):.4f}, "
                 f"dev accuracy {acc:.4f}, agreement {history[-1]['dev_agreement']:.4f}"
             )
+            if epoch < first_scored:
+                continue
             if acc > best_acc:
                 best_acc, best_epoch = acc, epoch
                 best_state = copy.deepcopy(accelerator.unwrap_model(model).state_dict())
-            elif epoch - best_epoch >= cfg.patience and epoch >= loss_fn.min_epochs:
+            elif epoch - best_epoch >= cfg.patience and epoch >= min_epochs:
                 console.print(
                     f"early stop: no dev gain for {cfg.patience} epochs "
                     f"(best epoch {best_epoch}, accuracy {best_acc:.4f})"
                 )
                 break
     unwrapped = accelerator.unwrap_model(model)
-    assert best_state is not None
+    if best_state is None:
+        raise EdgeKDError(
+            f"no epoch after the first stage ({first_scored - 1} epochs); raise --epochs"
+        )
     unwrapped.load_state_dict(best_state)
     unwrapped.eval()
     return {"best_epoch": best_epoch, "epochs_run": len(history), "history": history}
+
+
+def check_methods(cfg: DistillConfig, student_cls: Any) -> None:
+    """Refuse combinations that cannot work, before any data is read."""
+    from edgekd.augment import methods_of_stage
+
+    methods = cfg.augment.methods
+    if methods_of_stage(methods, "select") and not methods_of_stage(methods, "text"):
+        raise EdgeKDError(
+            "minimax selects among augmented variants; add a text augmenter, "
+            "e.g. --augment tang,minimax"
+        )
+    if cfg.intermediate is None:
+        return
+    from edgekd.distill.layers import LAYER_MAPS
+
+    layer_cls = LAYER_LOSSES.get(cfg.intermediate)
+    mapping = cfg.intermediate_options.get("layer_map", "uniform")
+    if mapping not in LAYER_MAPS:
+        raise EdgeKDError(f"unknown layer_map {mapping!r}; valid: {', '.join(LAYER_MAPS)}")
+    if not getattr(student_cls, "has_hidden_states", False):
+        raise EdgeKDError(
+            f"intermediate loss {cfg.intermediate!r} needs a transformer student; "
+            "use --student bert"
+        )
+    stages = cfg.intermediate_options.get("stage_epochs", layer_cls.default_stage_epochs)
+    if cfg.epochs <= stages:
+        raise EdgeKDError(
+            f"{cfg.intermediate} trains {stages} intermediate-only epochs first; "
+            f"raise --epochs above {stages}"
+        )
+
+
+def build_extras(
+    cfg: DistillConfig,
+    student: Student,
+    tok: StudentTokenizer,
+    teacher: Any,
+    teacher_tok: Any,
+    sources: list[int],
+    n_original: int,
+) -> Extras:
+    """The online teacher, layer loss, MixKD term and minimax selector the config asks for."""
+    from edgekd.augment import methods_of_stage
+
+    extras = Extras(teacher_tokenizer=teacher_tok, n_original=n_original)
+    if cfg.intermediate is not None:
+        from edgekd.distill.layers import encoder_shape
+
+        s_layers, s_width = encoder_shape(student)
+        t_layers, t_width = encoder_shape(teacher)
+        layer_cls = LAYER_LOSSES.get(cfg.intermediate)
+        if layer_cls.same_tokens and tok.tokenizer.get_vocab() != dict(teacher_tok.get_vocab()):
+            raise EdgeKDError(
+                f"{cfg.intermediate} compares tokens position by position; the student "
+                "must read the teacher's vocabulary (the bert student does)"
+            )
+        try:
+            extras.layer_loss = layer_cls(
+                s_layers, t_layers, s_width, t_width, **cfg.intermediate_options
+            )
+        except (TypeError, ValueError) as e:
+            raise EdgeKDError(
+                f"intermediate {cfg.intermediate!r}: {e}; fix --intermediate-option"
+            ) from None
+        extras.teacher = teacher
+    if methods_of_stage(cfg.augment.methods, "batch"):
+        from edgekd.distill.mixup import MixKD, TeacherAlignment
+
+        a = cfg.augment
+        extras.mixkd = MixKD(
+            teacher,
+            TeacherAlignment(tok, teacher_tok, cfg.teacher_max_length),
+            a.mixup_alpha,
+            a.alpha_sm,
+            a.alpha_tmkd,
+            cfg.seed,
+        )
+        extras.teacher = teacher
+    if methods_of_stage(cfg.augment.methods, "select"):
+        from edgekd.distill.minimax import MinimaxSelector
+
+        extras.selector = MinimaxSelector(np.array(sources, dtype=np.int64), cfg.augment.minimax_k)
+    return extras
 
 
 def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
     """Distil `cfg.teacher` into a student folder at `out_dir`; return its metrics."""
     from edgekd.teacher import align_labels, load_teacher, teacher_label_names
 
-    STUDENTS.get(cfg.student)  # an unknown name raises, listing the valid ones
+    student_cls = STUDENTS.get(cfg.student)  # an unknown name raises, listing the valid ones
     for method in cfg.augment.methods:
         AUGMENTERS.get(method)  # an unknown name fails here, before any work
     build_loss(cfg)  # so do bad loss options
+    check_methods(cfg, student_cls)
     torch.manual_seed(cfg.seed)
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -180,7 +347,7 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
 
     state = PartialState()
     t = time.perf_counter()
-    extra = augmented_texts(cfg, task.train.texts, teacher_tok)
+    extra, sources = augmented_texts(cfg, task.train.texts, teacher_tok)
     seconds["augment"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -206,11 +373,13 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
         raise EdgeKDError(
             f"student options {cfg.student_options}: {str(e).splitlines()[0]}; fix --student-option"
         ) from None
-    del teacher  # the teacher is not needed past this point; free its memory
+    extras = build_extras(cfg, student, tok, teacher, teacher_tok, sources, len(task.train))
+    if extras.teacher is None:
+        del teacher  # not needed past this point; free its memory
     seconds["prepare_student"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    fit = train_student(cfg, student, tok, transfer, task.dev, train_logits, dev_logits)
+    fit = train_student(cfg, student, tok, transfer, task.dev, train_logits, dev_logits, extras)
     seconds["train"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -227,6 +396,8 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
         "student_accuracy": float((pred == gold).mean()),
         "agreement": float((pred == teacher_pred).mean()),
         **student.params(),
+        "init": student.init_notes,
+        "intermediate": cfg.intermediate,
         "vocab_size": tok.vocab_size,
         "n_train": len(task.train),
         "n_augmented": len(extra),

@@ -26,16 +26,23 @@ class Student(nn.Module):
 
     Subclasses set `name` and `Config` (a pydantic model of their knobs) and
     implement `prepare`, which builds the vocabulary and the initialised model.
+    `forward` also takes `mix=(perm, λ)` (MixKD: mix each row's word embeddings
+    with row perm[i]'s); students with hidden states take `return_hidden=True`.
     """
 
     name: ClassVar[str]
     Config: ClassVar[type[BaseModel]]
+    has_hidden_states: ClassVar[bool] = False  # forward(..., return_hidden=True) works
 
     def __init__(self, config: Any, vocab_size: int, num_labels: int) -> None:
         super().__init__()
         self.config = config
         self.vocab_size = vocab_size
         self.num_labels = num_labels
+        self.init_notes: list[str] = []  # what `prepare` copied from the teacher
+
+    def save_extra(self, folder: Path, id2label: list[str]) -> None:
+        """Write files beyond weights, tokenizer and student.json (none by default)."""
 
     @classmethod
     def prepare(
@@ -74,6 +81,7 @@ def save_student(
             "add_special_tokens": tokenizer.add_special_tokens,
         },
     )
+    model.save_extra(folder, id2label)
 
 
 def is_student_dir(path: Path) -> bool:

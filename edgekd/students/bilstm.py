@@ -60,9 +60,20 @@ class BiLSTMStudent(Student):
         self.mlp = nn.Linear(2 * config.hidden_size, config.mlp_size)
         self.classifier = nn.Linear(config.mlp_size, num_labels)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        mix: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        x = self.embedding(input_ids)
+        if mix is not None:  # MixKD: the mixed row is as long as the longer of the two
+            from edgekd.distill.mixup import mix_embeddings
+
+            x = mix_embeddings(x, attention_mask, *mix)
+            attention_mask = torch.maximum(attention_mask, attention_mask[mix[0]])
         lengths = attention_mask.sum(1)
-        x = self.dropout(self.embedding(input_ids))
+        x = self.dropout(x)
         packed = nn.utils.rnn.pack_padded_sequence(
             x, lengths.cpu(), batch_first=True, enforce_sorted=False
         )

@@ -30,7 +30,11 @@ class StudentTokenizer:
         self.max_length = max_length
         self.add_special_tokens = add_special_tokens
         self.tokenizer.no_padding()
-        self.tokenizer.no_truncation()
+        if add_special_tokens:
+            # Let the tokenizer truncate: it keeps room for [SEP] within max_length.
+            self.tokenizer.enable_truncation(max_length)
+        else:
+            self.tokenizer.no_truncation()
         pad = self.tokenizer.token_to_id(PAD)
         self.pad_id = 0 if pad is None else pad
 
@@ -110,12 +114,15 @@ def build_word_tokenizer(
     return StudentTokenizer(tok, max_length)
 
 
-def wordpiece_from_teacher(teacher_tokenizer: Any, max_length: int) -> StudentTokenizer:
-    """The teacher's fast tokenizer as a standalone `tokenizers` object."""
+def wordpiece_from_teacher(
+    teacher_tokenizer: Any, max_length: int, add_special_tokens: bool = False
+) -> StudentTokenizer:
+    """The teacher's fast tokenizer as a standalone `tokenizers` object; with
+    `add_special_tokens`, texts get the teacher's [CLS] … [SEP] (BERT students)."""
     backend = getattr(teacher_tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise ValueError("the teacher has no fast tokenizer; use student vocab 'word'")
-    return StudentTokenizer(Tokenizer.from_str(backend.to_str()), max_length)
+    return StudentTokenizer(Tokenizer.from_str(backend.to_str()), max_length, add_special_tokens)
 
 
 def vocab_tokens(tok: StudentTokenizer) -> list[str]:

@@ -110,7 +110,10 @@ def test_run_distill_adds_teacher_labelled_augmented_rows(tiny_teacher, tiny_dat
 def test_run_distill_rejects_unknown_augmenter_before_any_work(tiny_data, tmp_path):
     from edgekd.config import AugmentConfig
 
-    with pytest.raises(EdgeKDError, match="unknown augmenter 'swap'; valid names: mask, ngram"):
+    with pytest.raises(
+        EdgeKDError,
+        match="unknown augmenter 'swap'; valid names: mask, minimax, mixup, ngram, pos, tang",
+    ):
         run_distill(
             cfg("no/teacher", tiny_data, augment=AugmentConfig(methods=["swap"])), tmp_path / "out"
         )
@@ -154,9 +157,9 @@ def test_run_distill_ensemble_averages_teachers(tiny_teacher, tiny_data, tmp_pat
     seen = {}
     real = trainer.train_student
 
-    def spy(cfg, model, tok, train, dev_split, train_logits, dev_logits):
+    def spy(cfg, model, tok, train, dev_split, train_logits, dev_logits, extras=None):
         seen["dev"] = dev_logits
-        return real(cfg, model, tok, train, dev_split, train_logits, dev_logits)
+        return real(cfg, model, tok, train, dev_split, train_logits, dev_logits, extras)
 
     monkeypatch.setattr(trainer, "train_student", spy)
     m = run_distill(cfg(tiny_teacher, tiny_data, extra_teachers=[str(other)]), tmp_path / "s")
@@ -177,3 +180,80 @@ def test_run_distill_labels_with_int8_onnx_teacher_and_reports_it(
     # The fp32 and int8 caches are separate entries.
     torch_run = run_distill(cfg(tiny_teacher, tiny_data), tmp_path / "c")
     assert torch_run["cache_hits"]["train"] is False
+
+
+BERT = {"layers": 1, "max_length": 16}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"intermediate": "pkd"},
+        {"intermediate": "alp"},
+        {"intermediate": "tinybert", "epochs": 3, "intermediate_options": {"stage_epochs": 1}},
+        {"augment": {"methods": ["mixup"]}},
+        {"augment": {"methods": ["mask", "mixup"], "n_iter": 2}, "intermediate": "pkd"},
+    ],
+)
+def test_run_distill_trains_bert_student_with_each_method(tiny_teacher, tiny_data, tmp_path, extra):
+    kw = {"student": "bert", "student_options": BERT, **extra}
+    m = run_distill(cfg(tiny_teacher, tiny_data, **kw), tmp_path / "s")
+    assert m["intermediate"] == extra.get("intermediate")
+    assert "layer 1←1: copied" in m["init"]
+    assert (tmp_path / "s" / "config.json").is_file()  # an HF folder too
+
+
+def test_run_distill_tinybert_first_stage_epochs_are_never_best(tiny_teacher, tiny_data, tmp_path):
+    kw = {"student": "bert", "student_options": BERT, "intermediate": "tinybert"}
+    m = run_distill(cfg(tiny_teacher, tiny_data, epochs=3, **kw), tmp_path / "s")
+    assert m["best_epoch"] == 3  # stage 1 (epochs 1-2) trains hidden layers only
+    with pytest.raises(EdgeKDError, match="raise --epochs above 2"):
+        run_distill(cfg(tiny_teacher, tiny_data, epochs=2, **kw), tmp_path / "t")
+
+
+def test_run_distill_mixup_same_seed_gives_identical_student(tiny_teacher, tiny_data, tmp_path):
+    mix = {"augment": {"methods": ["mixup"]}}
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        run_distill(cfg(tiny_teacher, tiny_data, seed=seed, **mix), tmp_path / name)
+    a, b, c = (load_file(str(tmp_path / x / "model.safetensors")) for x in "abc")
+    assert all((a[k] == b[k]).all() for k in a)
+    assert any((a[k] != c[k]).any() for k in a)
+
+
+def test_run_distill_minimax_trains_on_k_picks_per_text(tiny_teacher, tiny_data, tmp_path):
+    aug = {"methods": ["mask", "minimax"], "n_iter": 4, "p_mask": 0.5, "minimax_k": 1}
+    c = cfg(tiny_teacher, tiny_data, augment=aug)
+    m = run_distill(c, tmp_path / "s")
+    from edgekd.data import load_task
+    from edgekd.distill.labeling import augmented_texts
+
+    rows, sources = augmented_texts(c, load_task(c.data).train.texts, None)
+    assert m["n_augmented"] == len(rows) > 160
+    # Each epoch: the 160 originals + one pick per text that has any variant.
+    picks = len(set(sources))
+    assert 100 < picks < len(rows)
+    assert [h["transfer_rows"] for h in m["history"]] == [160 + picks] * 2
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"augment": {"methods": ["minimax"]}}, "add a text augmenter"),
+        ({"intermediate": "pkd"}, "use --student bert"),
+        ({"student": "bert", "intermediate": "nope"}, "valid names: alp, pkd, tinybert"),
+        (
+            {
+                "student": "bert",
+                "intermediate": "pkd",
+                "intermediate_options": {"layer_map": "x"},
+            },
+            "valid: uniform, top, bottom, last",
+        ),
+    ],
+)
+def test_run_distill_refuses_impossible_method_combinations(
+    tiny_teacher, tiny_data, tmp_path, kw, message
+):
+    with pytest.raises(EdgeKDError, match=message):
+        run_distill(cfg(tiny_teacher, tiny_data, **{"student_options": {}, **kw}), tmp_path / "s")
+    assert not (tmp_path / "s").exists()

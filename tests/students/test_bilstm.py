@@ -84,3 +84,14 @@ def test_prepare_wordpiece_student_copies_teacher_embeddings(tiny_teacher):
     table = teacher.get_input_embeddings().weight.detach()
     np.testing.assert_allclose(model.embedding.weight[5:].detach().numpy(), table[5:].numpy())
     assert model.embedding.weight[0].abs().sum() == 0
+
+
+def test_bilstm_mix_with_lambda_one_is_the_plain_forward():
+    model = tiny()
+    ids = torch.tensor([[5, 6, 7], [3, 0, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        plain = model(ids, mask)
+        mixed = model(ids, mask, mix=(torch.tensor([1, 0]), torch.tensor([1.0, 0.0])))
+    # Row 0 with λ = 1 is itself; row 1 with λ = 0 is row 0's words.
+    torch.testing.assert_close(mixed, plain[[0, 0]], atol=1e-6, rtol=0)

@@ -1,0 +1,182 @@
+"""A small BERT student (TinyBERT-4, MixKD's BERT3/BERT6, DistilBERT-style).
+
+`layers` transformer layers of width `hidden` with `heads` heads and an `ffn`
+inner width; unset sizes take the teacher's. The student reads the teacher's
+WordPiece vocabulary ([CLS] text [SEP]), so teacher and student see the same
+tokens and intermediate-layer losses can compare them position by position.
+
+Initialisation from the teacher (MixKD, Liang et al. 2021, found it a large
+boost): embeddings when the widths match, and layer m from teacher layer g(m)
+(`first`: g(m) = m, MixKD; `uniform`: g(m) = m·N/M, DistilBERT's every other
+layer) when width, heads and FFN all match; otherwise from scratch.
+
+The module's parameter names are those of transformers'
+`BertForSequenceClassification`, and `save_extra` writes `config.json` and the
+tokenizer files: a student folder is also a Hugging Face classifier folder, so it
+exports through optimum and serves as the teacher of the next run (TAKD,
+self-distillation).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from edgekd.config import StrictModel
+from edgekd.distill.layers import map_layers
+from edgekd.students.base import Student
+from edgekd.students.tokenizer import StudentTokenizer, wordpiece_from_teacher
+
+
+class BertStudentConfig(StrictModel):
+    layers: int = Field(3, ge=1, description="Transformer layers (MixKD BERT3: 3).")
+    hidden: int | None = Field(None, ge=8, description="Width; unset: the teacher's.")
+    heads: int | None = Field(None, ge=1, description="Attention heads; unset: the teacher's.")
+    ffn: int | None = Field(None, ge=8, description="FFN inner width; unset: the teacher's.")
+    init: Literal["teacher", "random"] = Field(
+        "teacher", description="Copy the teacher's embeddings and layers where shapes allow."
+    )
+    layer_init: Literal["first", "uniform"] = Field(
+        "first", description="Teacher layer copied into student layer m: m, or m·N/M."
+    )
+    dropout: float = Field(0.1, ge=0, lt=1)
+    max_length: int = Field(64, ge=4, description="Tokens per text incl. [CLS] and [SEP].")
+    # Copied from the teacher at prepare time so a saved student rebuilds exactly.
+    max_position_embeddings: int = Field(512, ge=4)
+    type_vocab_size: int = Field(2, ge=1)
+    hidden_act: str = "gelu"
+    layer_norm_eps: float = 1e-12
+
+
+class BertStudent(Student):
+    name = "bert"
+    Config = BertStudentConfig
+    has_hidden_states = True
+
+    def __init__(self, config: BertStudentConfig, vocab_size: int, num_labels: int) -> None:
+        from transformers import BertConfig, BertModel
+
+        super().__init__(config, vocab_size, num_labels)
+        self.hf_config = BertConfig(
+            vocab_size=vocab_size,
+            hidden_size=config.hidden,
+            num_hidden_layers=config.layers,
+            num_attention_heads=config.heads,
+            intermediate_size=config.ffn,
+            hidden_act=config.hidden_act,
+            hidden_dropout_prob=config.dropout,
+            attention_probs_dropout_prob=config.dropout,
+            max_position_embeddings=config.max_position_embeddings,
+            type_vocab_size=config.type_vocab_size,
+            layer_norm_eps=config.layer_norm_eps,
+            num_labels=num_labels,
+            # Eager attention: the hooks that read pre-softmax scores (TinyBERT) see the
+            # same query/key projections either way, and eager exports everywhere.
+            attn_implementation="eager",
+        )
+        # Attribute names as in BertForSequenceClassification, so the state dict is an
+        # HF checkpoint as it stands.
+        self.bert = BertModel(self.hf_config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.hidden or 0, num_labels)
+        self.hf_tokenizer: Any = None  # set by prepare(); saved by save_extra()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        mix: tuple[torch.Tensor, torch.Tensor] | None = None,
+        return_hidden: bool = False,
+    ) -> Any:
+        """Logits; with `return_hidden`, (logits, hidden states of embeddings + each layer).
+
+        `mix = (perm, lam)` mixes the word embeddings of each row with those of row
+        perm[i] (MixKD); padded positions count as zero vectors.
+        """
+        kwargs: dict[str, Any] = {"input_ids": input_ids}
+        if mix is not None:
+            from edgekd.distill.mixup import mix_embeddings
+
+            words = self.bert.embeddings.word_embeddings(input_ids)
+            kwargs = {"inputs_embeds": mix_embeddings(words, attention_mask, *mix)}
+            attention_mask = torch.maximum(attention_mask, attention_mask[mix[0]])
+        out = self.bert(attention_mask=attention_mask, output_hidden_states=return_hidden, **kwargs)
+        logits = self.classifier(self.dropout(out.pooler_output))
+        return (logits, out.hidden_states) if return_hidden else logits
+
+    @classmethod
+    def prepare(
+        cls,
+        options: dict[str, Any],
+        texts: list[str],
+        num_labels: int,
+        teacher: Any,
+        teacher_tokenizer: Any,
+    ) -> tuple[BertStudent, StudentTokenizer]:
+        tc = getattr(teacher, "config", None)
+        defaults = {
+            "hidden": getattr(tc, "hidden_size", 256),
+            "heads": getattr(tc, "num_attention_heads", 4),
+            "ffn": getattr(tc, "intermediate_size", 1024),
+            "max_position_embeddings": getattr(tc, "max_position_embeddings", 512),
+            "type_vocab_size": getattr(tc, "type_vocab_size", 2),
+            "hidden_act": getattr(tc, "hidden_act", "gelu"),
+            "layer_norm_eps": getattr(tc, "layer_norm_eps", 1e-12),
+        }
+        config = BertStudentConfig(**{**defaults, **{k: v for k, v in options.items()}})
+        assert config.hidden is not None and config.heads is not None
+        if config.hidden % config.heads:
+            raise ValueError(f"hidden {config.hidden} is not a multiple of heads {config.heads}")
+        tok = wordpiece_from_teacher(teacher_tokenizer, config.max_length, add_special_tokens=True)
+        model = cls(config, tok.vocab_size, num_labels)
+        model.hf_tokenizer = teacher_tokenizer
+        if config.init == "teacher" and teacher is not None:
+            model.init_notes = copy_teacher_weights(model, teacher)
+        return model, tok
+
+    def save_extra(self, folder: Path, id2label: list[str]) -> None:
+        """Make the student folder an HF classifier folder (config + tokenizer files)."""
+        config = self.hf_config.to_dict()
+        config.pop("attn_implementation", None)
+        config.pop("_attn_implementation_autoset", None)
+        config.update(
+            architectures=["BertForSequenceClassification"],
+            id2label=dict(enumerate(id2label)),
+            label2id={name: i for i, name in enumerate(id2label)},
+        )
+        from edgekd.io import write_json
+
+        write_json(folder / "config.json", config)
+        if self.hf_tokenizer is not None:
+            self.hf_tokenizer.save_pretrained(folder)
+
+
+def copy_teacher_weights(student: BertStudent, teacher: Any) -> list[str]:
+    """Copy every teacher tensor whose shape fits; return what was copied, in words."""
+    notes: list[str] = []
+    t_base = getattr(teacher, "bert", None) or getattr(teacher, "base_model", None)
+    if t_base is None or not hasattr(t_base, "embeddings") or not hasattr(t_base, "encoder"):
+        return ["teacher is not BERT-shaped: student starts from scratch"]
+
+    def copy(dst: nn.Module, src: nn.Module, what: str) -> None:
+        ours, theirs = dst.state_dict(), src.state_dict()
+        if ours.keys() == theirs.keys() and all(ours[k].shape == theirs[k].shape for k in ours):
+            dst.load_state_dict(theirs)
+            notes.append(f"{what}: copied")
+        else:
+            notes.append(f"{what}: shapes differ, random init")
+
+    copy(student.bert.embeddings, t_base.embeddings, "embeddings")
+    n_teacher = len(t_base.encoder.layer)
+    mapping = "bottom" if student.config.layer_init == "first" else "uniform"
+    for s, t in map_layers(mapping, student.config.layers, n_teacher):
+        copy(student.bert.encoder.layer[s - 1], t_base.encoder.layer[t - 1], f"layer {s}←{t}")
+    if getattr(t_base, "pooler", None) is not None and student.bert.pooler is not None:
+        copy(student.bert.pooler, t_base.pooler, "pooler")
+    if hasattr(teacher, "classifier") and isinstance(teacher.classifier, nn.Linear):
+        copy(student.classifier, teacher.classifier, "classifier")
+    return notes

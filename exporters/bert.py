@@ -1,0 +1,67 @@
+"""ONNX export of the small-BERT student through optimum's exporter."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from edgekd.exporters.base import Exporter
+
+
+class BertExporter(Exporter):
+    input_names = ("input_ids", "attention_mask", "token_type_ids")
+    dynamic_axes: ClassVar[dict[str, dict[int, str]]] = {
+        "input_ids": {0: "batch_size", 1: "sequence_length"},
+        "attention_mask": {0: "batch_size", 1: "sequence_length"},
+        "token_type_ids": {0: "batch_size", 1: "sequence_length"},
+        "logits": {0: "batch_size"},
+    }
+
+    def dummy_inputs(self, model: Any) -> dict[str, np.ndarray]:
+        # Rows of lengths 7, 4 and 2 ([CLS] x [SEP] is the shortest real input).
+        rng = np.random.default_rng(0)
+        ids = rng.integers(5, model.vocab_size, size=(3, 7), dtype=np.int64)
+        mask = np.ones((3, 7), dtype=np.int64)
+        for row, length in ((1, 4), (2, 2)):
+            mask[row, length:] = 0
+            ids[row, length:] = 0
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+
+    def torch_logits(self, model: Any, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        # The student's forward has no token types: a single text is all type 0.
+        return super().torch_logits(
+            model, {k: v for k, v in inputs.items() if k != "token_type_ids"}
+        )
+
+    def _export(self, model: Any, path: Path) -> None:
+        from optimum.exporters.onnx import main_export
+        from transformers import BertForSequenceClassification
+
+        # The student's state dict is an HF checkpoint: save it as one and let optimum
+        # export it (its own validation is off: validate() below checks against the
+        # student at our atol, on real dev rows too).
+        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hf = BertForSequenceClassification(model.hf_config)
+            hf.load_state_dict(model.state_dict())
+            hf.save_pretrained(Path(tmp) / "hf", safe_serialization=True)
+            main_export(
+                str(Path(tmp) / "hf"),
+                Path(tmp) / "onnx",
+                task="text-classification",
+                # optimum's minimum for BERT is opset 18 (LayerNormalization as one op).
+                opset=max(self.opset, 18),
+                dtype="fp32",
+                do_validation=False,
+            )
+            shutil.move(str(Path(tmp) / "onnx" / "model.onnx"), path)
+
+    def check_feed(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if "token_type_ids" not in inputs:
+            inputs = {**inputs, "token_type_ids": np.zeros_like(inputs["input_ids"])}
+        return inputs
