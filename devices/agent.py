@@ -123,16 +123,25 @@ def end_to_end(
     names = {i.name for i in session.get_inputs()}
     state = {"i": 0}
 
-    def one() -> None:
-        text = texts[state["i"] % len(texts)]
-        state["i"] += 1
-        ids = tok.encode(text, add_special_tokens=special).ids[:max_length] or [0]
-        feed = {
-            "input_ids": np.array([ids], dtype=np.int64),
-            "attention_mask": np.ones((1, len(ids)), dtype=np.int64),
+    def row(ids: list[int], suffix: str = "") -> dict:
+        ids = ids[:max_length] or [0]
+        return {
+            "input_ids" + suffix: np.array([ids], dtype=np.int64),
+            "attention_mask" + suffix: np.ones((1, len(ids)), dtype=np.int64),
         }
-        if "token_type_ids" in names:
-            feed["token_type_ids"] = np.zeros((1, len(ids)), dtype=np.int64)
+
+    def one() -> None:
+        # A line "first<TAB>second" is a sentence pair.
+        first, _, second = texts[state["i"] % len(texts)].partition("\t")
+        state["i"] += 1
+        if "input_ids_b" in names:  # siamese: each side on its own (one text: both sides)
+            feed = row(tok.encode(first, add_special_tokens=False).ids)
+            feed.update(row(tok.encode(second or first, add_special_tokens=False).ids, "_b"))
+        else:
+            enc = tok.encode(first, second or None, add_special_tokens=special)
+            feed = row(enc.ids)
+            types = enc.type_ids[:max_length] or [0]
+            feed["token_type_ids"] = np.array([types], dtype=np.int64)
         session.run(None, {k: v for k, v in feed.items() if k in names})
 
     return summarize(time_runs(one, runs, warmup))

@@ -36,6 +36,12 @@ def tokenizer_info(model: Path) -> dict[str, Any] | None:
     return None
 
 
+def one_line(text: Any) -> str:
+    """A text, or a pair as "first<TAB>second", on one line of the agent's texts file."""
+    sides = (text,) if isinstance(text, str) else tuple(text)
+    return "\t".join(" ".join(side.split()) for side in sides)
+
+
 def synthetic_texts(tokenizer_json: Path, words: int, n: int = 64, seed: int = 0) -> list[str]:
     """`n` texts of `words` whole words (no ##pieces, no [SPECIAL]) from a vocabulary."""
     import random
@@ -56,7 +62,7 @@ def profile_model(
     runs: int = 200,
     warmup: int = 20,
     seq_len: int = 64,
-    texts: list[str] | None = None,
+    texts: list[Any] | None = None,
 ) -> dict[str, Any]:
     """Run the agent on `device` and time tokenize+infer end to end.
 
@@ -88,7 +94,7 @@ def profile_model(
         if texts and info:
             files = {"texts": Path(tmp) / "texts.txt", "tokenizer": info["tokenizer"]}
             files["texts"].write_text(
-                "\n".join(t.replace("\n", " ") for t in texts) + "\n", encoding="utf-8"
+                "\n".join(one_line(t) for t in texts) + "\n", encoding="utf-8"
             )
             args += ["--max-length", str(info["max_length"])]
             if info["special"]:

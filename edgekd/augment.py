@@ -18,7 +18,7 @@ import random
 import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from edgekd.config import AugmentConfig
@@ -59,8 +59,15 @@ class Augmenter:
     # training-time methods: "select" (minimax) and "batch" (mixup).
     stage: ClassVar[str] = "text"
 
-    def __call__(self, texts: Sequence[str], rng: random.Random) -> list[str]:
-        return [" ".join(self.words(words_of(t), rng)) for t in texts]
+    def __call__(self, texts: Sequence[Any], rng: random.Random) -> list[Any]:
+        """One variant per text; a sentence pair gets each side augmented in turn."""
+        return [
+            self.one(t, rng) if isinstance(t, str) else tuple(self.one(x, rng) for x in t)
+            for t in texts
+        ]
+
+    def one(self, text: str, rng: random.Random) -> str:
+        return " ".join(self.words(words_of(text), rng))
 
     @classmethod
     def from_config(cls, cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
@@ -102,9 +109,9 @@ class PosAugmenter(Augmenter):
     def from_config(cls, cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
         return cls(pattern_tagger(), cfg.p_pos, mask_token).fit(corpus)
 
-    def fit(self, texts: Sequence[str]) -> PosAugmenter:
+    def fit(self, texts: Sequence[Any]) -> PosAugmenter:
         counts: dict[str, Counter[str]] = defaultdict(Counter)
-        for text in texts:
+        for text in sides_of(texts):
             words = words_of(text)
             for w, tag in zip(words, self.tags(words), strict=True):
                 counts[tag][w] += 1
@@ -193,6 +200,11 @@ class TangAugmenter(ComposeAugmenter):
         )
 
 
+def sides_of(texts: Sequence[Any]) -> list[str]:
+    """Every string in `texts`, both sides of each sentence pair."""
+    return [x for t in texts for x in ((t,) if isinstance(t, str) else t)]
+
+
 def methods_of_stage(methods: Sequence[str], stage: str) -> list[str]:
     """The named methods that run at `stage` ("text", "select" or "batch")."""
     from edgekd.registry import AUGMENTERS
@@ -211,14 +223,14 @@ def build_augmenter(cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) 
     return parts[0] if len(parts) == 1 else ComposeAugmenter(parts)
 
 
-def generate(texts: Sequence[str], augmenter: Augmenter, n_iter: int, seed: int) -> list[str]:
+def generate(texts: Sequence[Any], augmenter: Augmenter, n_iter: int, seed: int) -> list[Any]:
     """`n_iter` variants of every text, deduplicated, originals and empties dropped."""
     return generate_with_sources(texts, augmenter, n_iter, seed)[0]
 
 
 def generate_with_sources(
-    texts: Sequence[str], augmenter: Augmenter, n_iter: int, seed: int
-) -> tuple[list[str], list[int]]:
+    texts: Sequence[Any], augmenter: Augmenter, n_iter: int, seed: int
+) -> tuple[list[Any], list[int]]:
     """`generate`, plus the index of the text each variant came from.
 
     Order is deterministic: iteration by iteration, text by text. A variant that
@@ -229,7 +241,7 @@ def generate_with_sources(
     out, sources = [], []
     for _ in range(n_iter):
         for i, variant in enumerate(augmenter(texts, rng)):
-            if variant.strip() and variant not in seen:
+            if all(x.strip() for x in sides_of([variant])) and variant not in seen:
                 seen.add(variant)
                 out.append(variant)
                 sources.append(i)

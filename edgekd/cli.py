@@ -64,6 +64,9 @@ def with_data(cfg: Any, data: str | None = None, **fields: Any) -> Any:
 DATA = typer.Option(None, "--data", help="HF dataset (glue/sst2) or local file/folder.")
 TEXT_COL = typer.Option(None, "--text-column", help="Text column (auto-detected).")
 LABEL_COL = typer.Option(None, "--label-column", help="Label column (auto-detected).")
+PAIR_COL = typer.Option(
+    None, "--text-pair-column", help="Second text column of a sentence-pair task."
+)
 MAX_TRAIN = typer.Option(None, "--max-train", help="Random subsample of training rows.")
 MAX_DEV = typer.Option(None, "--max-dev", help="Random subsample of dev rows.")
 TRAIN_SPLIT = typer.Option(None, "--train-split", help="Training split name or file stem.")
@@ -79,6 +82,7 @@ def teacher(
     data: str | None = DATA,
     text_column: str | None = TEXT_COL,
     label_column: str | None = LABEL_COL,
+    text_pair_column: str | None = PAIR_COL,
     max_train: int | None = MAX_TRAIN,
     max_dev: int | None = MAX_DEV,
     train_split: str | None = TRAIN_SPLIT,
@@ -111,6 +115,7 @@ def teacher(
         data,
         text_column=text_column,
         label_column=label_column,
+        text_pair_column=text_pair_column,
         max_train=max_train,
         max_dev=max_dev,
         train_split=train_split,
@@ -173,6 +178,7 @@ def distill(
     patience: int | None = typer.Option(None, help="Epochs without dev gain before stopping."),
     text_column: str | None = TEXT_COL,
     label_column: str | None = LABEL_COL,
+    text_pair_column: str | None = PAIR_COL,
     max_train: int | None = MAX_TRAIN,
     max_dev: int | None = MAX_DEV,
     train_split: str | None = TRAIN_SPLIT,
@@ -233,6 +239,7 @@ def distill(
         data,
         text_column=text_column,
         label_column=label_column,
+        text_pair_column=text_pair_column,
         max_train=max_train,
         max_dev=max_dev,
         train_split=train_split,
@@ -256,6 +263,7 @@ def eval_(
     data: str = typer.Option(..., "--data", help="HF dataset or local file/folder."),
     text_column: str | None = TEXT_COL,
     label_column: str | None = LABEL_COL,
+    text_pair_column: str | None = PAIR_COL,
     max_dev: int | None = MAX_DEV,
     train_split: str | None = TRAIN_SPLIT,
     dev_split: str | None = DEV_SPLIT,
@@ -273,6 +281,7 @@ def eval_(
             spec=data,
             text_column=text_column,
             label_column=label_column,
+            text_pair_column=text_pair_column,
             max_dev=max_dev,
             train_split=train_split or "train",
             dev_split=dev_split,
@@ -334,6 +343,8 @@ def profile(
     warmup: int = typer.Option(20, help="Untimed runs first."),
     seq_len: int = typer.Option(64, help="Tokens per synthetic input."),
     data: str | None = typer.Option(None, "--data", help="Dev texts for end-to-end timing."),
+    text_column: str | None = TEXT_COL,
+    text_pair_column: str | None = PAIR_COL,
     json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON."),
 ) -> None:
     """Latency percentiles, load time, memory and size at batch 1 on onnxruntime."""
@@ -345,7 +356,9 @@ def profile(
         from edgekd.config import DataConfig
         from edgekd.data import load_task
 
-        texts = load_task(DataConfig(spec=data)).dev.texts
+        texts = load_task(
+            DataConfig(spec=data, text_column=text_column, text_pair_column=text_pair_column)
+        ).dev.texts
     r = profile_model(model, device, threads, runs, warmup, seq_len, texts)
     print_profile(r)
     if json_out:

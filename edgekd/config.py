@@ -31,6 +31,9 @@ class DataConfig(StrictModel):
     )
     text_column: str | None = Field(None, description="Text column; auto-detected when unset.")
     label_column: str | None = Field(None, description="Label column; auto-detected when unset.")
+    text_pair_column: str | None = Field(
+        None, description="Second text of a sentence-pair task (e.g. sentence2, hypothesis)."
+    )
     train_split: str = Field("train", description="Split name or file stem for training rows.")
     dev_split: str | None = Field(
         None, description="Split for evaluation; `dev`, `validation` or `valid` when unset."
@@ -118,7 +121,9 @@ class DistillConfig(StrictModel):
     )
     epochs: int = Field(10, ge=1)
     batch_size: int = Field(50, ge=1, description="Tang et al. used 50.")
-    lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
+    lr: float | None = Field(
+        None, gt=0, description="Adam learning rate; unset: the student's (bilstm 1e-3, bert 5e-5)."
+    )
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(5.0, gt=0, description="Max global gradient norm.")
     patience: int = Field(3, ge=1, description="Epochs without dev gain before stopping.")

@@ -33,9 +33,13 @@ HELD_OUT_SHARE = 0.1
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
 
+# A row's text: one string, or a (first, second) pair for sentence-pair tasks.
+Text = str | tuple[str, str]
+
+
 @dataclass
 class Split:
-    texts: list[str]
+    texts: list[Text]
     labels: list[int]
 
     def __len__(self) -> int:
@@ -75,7 +79,7 @@ def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]
 class RawSplit:
     """Rows as read, before labels become ids; `where(i)` names row i for errors."""
 
-    texts: list[str]
+    texts: list[Any]
     labels: list[Any]
     origin: str
     label_names: list[str] | None = None  # from a ClassLabel feature, when present
@@ -121,7 +125,7 @@ def _read_delimited(path: Path, cfg: DataConfig) -> RawSplit:
         raise EdgeKDError(f"{path} is empty; give a file with a header and at least one row")
     head = [c.strip() for c in rows[0]]
     known = {c.lower() for c in TEXT_COLUMNS + LABEL_COLUMNS}
-    wanted = {cfg.text_column, cfg.label_column} - {None}
+    wanted = {cfg.text_column, cfg.label_column, cfg.text_pair_column} - {None}
     has_header = any(c.lower() in known or c in wanted for c in head)
     if has_header:
         columns, body, first_row = head, rows[1:], 2
@@ -139,17 +143,28 @@ def _read_delimited(path: Path, cfg: DataConfig) -> RawSplit:
             )
     text_col = _pick(columns, text_col, TEXT_COLUMNS, "text", "--text-column", str(path))
     label_col = _pick(columns, label_col, LABEL_COLUMNS, "label", "--label-column", str(path))
+    pair_col = _pair_column(columns, cfg, str(path))
     ti, li = columns.index(text_col), columns.index(label_col)
-    texts, labels = [], []
+    pi = columns.index(pair_col) if pair_col else None
+    last = max(ti, li, pi or 0)
+    texts: list[Any] = []
+    labels = []
     for n, row in enumerate(body):
-        if len(row) <= max(ti, li):
+        if len(row) <= last:
             raise EdgeKDError(
                 f"{path} row {n + first_row} has {len(row)} fields, expected at least "
-                f"{max(ti, li) + 1}; fix the row or the delimiter"
+                f"{last + 1}; fix the row or the delimiter"
             )
-        texts.append(row[ti])
+        texts.append(row[ti] if pi is None else (row[ti], row[pi]))
         labels.append(row[li])
     return RawSplit(texts, labels, str(path), first_row=first_row)
+
+
+def _pair_column(columns: list[str], cfg: DataConfig, origin: str) -> str | None:
+    """The second text's column of a sentence-pair task, when one is asked for."""
+    if cfg.text_pair_column is None:
+        return None
+    return _pick(columns, cfg.text_pair_column, (), "second text", "--text-pair-column", origin)
 
 
 def _read_jsonl(path: Path, cfg: DataConfig) -> RawSplit:
@@ -171,13 +186,14 @@ def _read_jsonl(path: Path, cfg: DataConfig) -> RawSplit:
     label_col = _pick(
         columns, cfg.label_column, LABEL_COLUMNS, "label", "--label-column", str(path)
     )
-    texts, labels = [], []
+    pair_col = _pair_column(columns, cfg, str(path))
+    texts: list[Any] = []
+    labels = []
     for n, r in enumerate(records):
-        if text_col not in r or label_col not in r:
-            raise EdgeKDError(
-                f"{path} record {n + 1} lacks {text_col!r} or {label_col!r}; add the field"
-            )
-        texts.append(str(r[text_col]))
+        for col in (text_col, label_col, pair_col):
+            if col is not None and col not in r:
+                raise EdgeKDError(f"{path} record {n + 1} lacks {col!r}; add the field")
+        texts.append(str(r[text_col]) if pair_col is None else (r[text_col], r[pair_col]))
         labels.append(r[label_col])
     return RawSplit(texts, labels, str(path), first_row=1)
 
@@ -233,9 +249,13 @@ def _from_hf(dd: Any, cfg: DataConfig, origin: str) -> tuple[RawSplit, RawSplit 
         where = f"{origin}[{split}]"
         text_col = _pick(cols, cfg.text_column, TEXT_COLUMNS, "text", "--text-column", where)
         label_col = _pick(cols, cfg.label_column, LABEL_COLUMNS, "label", "--label-column", where)
+        pair_col = _pair_column(cols, cfg, where)
         feature = ds.features[label_col]
         names = list(feature.names) if hasattr(feature, "names") else None
-        return RawSplit(list(ds[text_col]), list(ds[label_col]), where, names, first_row=0)
+        texts = list(ds[text_col])
+        if pair_col is not None:
+            texts = list(zip(texts, ds[pair_col], strict=True))
+        return RawSplit(texts, list(ds[label_col]), where, names, first_row=0)
 
     return convert(cfg.train_split), (convert(dev_name) if dev_name else None)
 
@@ -322,10 +342,13 @@ def _to_ids(raw: RawSplit, names: list[str]) -> Split:
                 f"(labels: {', '.join(names)}); fix the label or add training rows for it"
             )
         ids.append(index[key])
+    texts: list[Text] = []
     for i, text in enumerate(raw.texts):
-        if text is None or not str(text).strip():
+        sides = text if isinstance(text, tuple) else (text,)
+        if any(side is None or not str(side).strip() for side in sides):
             raise EdgeKDError(f"{raw.where(i)} has an empty text; drop the row")
-    return Split([str(t) for t in raw.texts], ids)
+        texts.append(str(text) if len(sides) == 1 else (str(sides[0]), str(sides[1])))
+    return Split(texts, ids)
 
 
 # ---------------------------------------------------------------- entry point

@@ -69,9 +69,9 @@ class OnnxPredictor:
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.batch_size = batch_size
 
-    def feed(self, ids: list[list[int]]) -> dict[str, np.ndarray]:
+    def feed(self, ids: list[Any]) -> dict[str, np.ndarray]:
         enc = self.tokenizer.pad(ids)
-        if "token_type_ids" in self.input_names:
+        if "token_type_ids" in self.input_names and "token_type_ids" not in enc:
             enc["token_type_ids"] = np.zeros_like(enc["input_ids"])
         return {k: v for k, v in enc.items() if k in self.input_names}
 
@@ -88,7 +88,9 @@ class OnnxPredictor:
 
                 bar = stack.enter_context(progress_bar())
                 job = bar.add_task(description, total=len(texts), rate="")
-            for idx in length_sorted_batches([len(x) for x in ids], self.batch_size):
+            for idx in length_sorted_batches(
+                [self.tokenizer.length(x) for x in ids], self.batch_size
+            ):
                 out[idx] = self.session.run(None, self.feed([ids[i] for i in idx]))[0]
                 if bar is not None and job is not None:
                     bar.update(job, advance=len(idx))

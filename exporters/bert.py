@@ -32,12 +32,6 @@ class BertExporter(Exporter):
             ids[row, length:] = 0
         return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
 
-    def torch_logits(self, model: Any, inputs: dict[str, np.ndarray]) -> np.ndarray:
-        # The student's forward has no token types: a single text is all type 0.
-        return super().torch_logits(
-            model, {k: v for k, v in inputs.items() if k != "token_type_ids"}
-        )
-
     def _export(self, model: Any, path: Path) -> None:
         from optimum.exporters.onnx import main_export
         from transformers import BertForSequenceClassification

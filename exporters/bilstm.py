@@ -47,22 +47,35 @@ class BiLSTMExporter(Exporter):
         "attention_mask": {0: "batch", 1: "sequence"},
         "logits": {0: "batch"},
     }
+    # A siamese pair student reads the second texts too, with their own length axis.
+    pair_axes: ClassVar[dict[str, dict[int, str]]] = {
+        "input_ids_b": {0: "batch", 1: "sequence_b"},
+        "attention_mask_b": {0: "batch", 1: "sequence_b"},
+    }
+
+    def names(self, model: Any) -> list[str]:
+        extra = list(self.pair_axes) if model.config.pair else []
+        return [*self.input_names, *extra]
 
     def dummy_inputs(self, model: Any) -> dict[str, np.ndarray]:
         # Three rows of lengths 7, 4 and 1 padded to 7: checks batching, padding and the
-        # shortest possible text in one run.
+        # shortest possible text in one run. Pairs get second texts of lengths 1, 5, 3.
         rng = np.random.default_rng(0)
-        ids = rng.integers(1, model.vocab_size, size=(3, 7), dtype=np.int64)
-        mask = np.ones((3, 7), dtype=np.int64)
-        for row, length in ((1, 4), (2, 1)):
-            mask[row, length:] = 0
-            ids[row, length:] = 0
-        return {"input_ids": ids, "attention_mask": mask}
+        out = {}
+        for suffix, lengths in (("", (7, 4, 1)), ("_b", (1, 5, 3))):
+            ids = rng.integers(1, model.vocab_size, size=(3, max(lengths)), dtype=np.int64)
+            mask = np.ones_like(ids)
+            for row, length in enumerate(lengths):
+                mask[row, length:] = 0
+                ids[row, length:] = 0
+            out.update({f"input_ids{suffix}": ids, f"attention_mask{suffix}": mask})
+        return {k: out[k] for k in self.names(model)}
 
     def _export(self, model: Any, path: Path) -> None:
         import torch
 
         inputs = self.dummy_inputs(model)
+        names = self.names(model)
         model.eval()
         with warnings.catch_warnings(), drop_native_stderr_lines(BENIGN_EXPORT_WARNING):
             warnings.simplefilter("ignore")
@@ -71,11 +84,11 @@ class BiLSTMExporter(Exporter):
             # into DynamicQuantizeLSTM; it also needs no onnxscript.
             torch.onnx.export(
                 model,
-                (torch.from_numpy(inputs["input_ids"]), torch.from_numpy(inputs["attention_mask"])),
+                tuple(torch.from_numpy(inputs[n]) for n in names),
                 str(path),
-                input_names=list(self.input_names),
+                input_names=names,
                 output_names=list(self.output_names),
-                dynamic_axes=self.dynamic_axes,
+                dynamic_axes={**self.dynamic_axes, **(self.pair_axes if model.config.pair else {})},
                 opset_version=self.opset,
                 dynamo=False,
             )

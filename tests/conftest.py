@@ -35,6 +35,29 @@ def make_rows(n: int, seed: int) -> list[tuple[str, int]]:
     return rows
 
 
+def make_pair_rows(n: int, seed: int) -> list[tuple[str, str, int]]:
+    """Sentence pairs labelled 1 when both sides carry the same sentiment."""
+    rng = random.Random(seed)
+    rows = []
+    for (a, ya), (b, yb) in zip(make_rows(n, seed), make_rows(n, seed + 100), strict=True):
+        if rng.random() < 0.5:  # balance the classes: half the pairs agree by construction
+            b, yb = a, ya
+        rows.append((a, b, int(ya == yb)))
+    return rows
+
+
+@pytest.fixture(scope="session")
+def pair_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A pair task: train.tsv (160 rows) and dev.tsv (40) with sentence1, sentence2, label."""
+    folder = tmp_path_factory.mktemp("pairs")
+    for name, n, seed in (("train", 160, 1), ("dev", 40, 2)):
+        rows = make_pair_rows(n, seed)
+        (folder / f"{name}.tsv").write_text(
+            "sentence1\tsentence2\tlabel\n" + "".join(f"{a}\t{b}\t{y}\n" for a, b, y in rows)
+        )
+    return folder
+
+
 def write_tsv(path: Path, rows: list[tuple[str, int]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows))

@@ -113,3 +113,17 @@ def test_tang_builds_mask_pos_ngram_from_config():
     # POS swaps stay within the corpus vocabulary (plus the mask token).
     vocab = {w for t in corpus for w in t.split()} | {"[MASK]"}
     assert {w for v in variants for w in v.split()} <= vocab
+
+
+def test_augmenters_apply_to_each_side_of_a_sentence_pair():
+    pairs = [("a b c d", "e f g h")] * 500
+    out = MaskAugmenter(p=0.5)(pairs, random.Random(0))
+    assert all(isinstance(v, tuple) and len(v) == 2 for v in out)
+    # Each side is masked independently: both sides change, not always together.
+    first = sum(v[0] != pairs[0][0] for v in out)
+    second = sum(v[1] != pairs[0][1] for v in out)
+    both = sum(v[0] != pairs[0][0] and v[1] != pairs[0][1] for v in out)
+    assert first > 400 and second > 400 and both < first
+    variants = generate([("a b", "c d")], MaskAugmenter(p=0.5), n_iter=30, seed=0)
+    assert len(set(variants)) == len(variants) and ("a b", "c d") not in variants
+    assert all(x.strip() for v in variants for x in v)

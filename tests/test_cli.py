@@ -181,3 +181,52 @@ def test_cli_bert_student_with_mixup_and_pkd_exports_and_teaches_a_bilstm(
         metrics["teacher_accuracy"]
         == json.loads((tmp_path / "bert" / "metrics.json").read_text())["student_accuracy"]
     )
+
+
+@pytest.mark.parametrize(
+    "student",
+    [
+        ["-s", "embedding_dim=16", "-s", "hidden_size=8", "-s", "mlp_size=16"],
+        ["--student", "bert", "--layers", 1, "--augment", "mask,mixup"],
+    ],
+    ids=["siamese-bilstm", "bert"],
+)
+def test_cli_sentence_pairs_distill_export_and_eval(
+    tmp_path: Path, pair_data: Path, tiny_teacher: Path, student: list
+):
+    pair = ["--data", pair_data, "--text-pair-column", "sentence2"]
+    r = invoke(
+        "distill", "--teacher", tiny_teacher, "--out", tmp_path / "s", *pair,
+        "--epochs", 2, "--batch-size", 16, "--augment", "tang", "--n-iter", 2, *student,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    metrics = json.loads((tmp_path / "s" / "metrics.json").read_text())
+    assert metrics["n_augmented"] > 0 and metrics["n_dev"] == 40
+
+    r = invoke("export", tmp_path / "s", "--out", tmp_path / "onnx", "--int8")
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "onnx" / "export.json").read_text())
+    assert report["models"]["fp32"]["agreement"] == 1.0
+    scores = []
+    for model in (tmp_path / "s", tmp_path / "onnx" / "model.onnx"):
+        out = tmp_path / "eval.json"
+        r = invoke("eval", model, *pair, "--json", out)
+        assert r.exit_code == 0, r.output
+        scores.append(json.loads(out.read_text())["accuracy"])
+    assert scores[0] == scores[1] == report["models"]["fp32"]["accuracy"]
+
+    r = invoke(
+        "profile", tmp_path / "onnx" / "model.int8.onnx", "--runs", 5, "--warmup", 1,
+        *pair[:2], "--text-pair-column", "sentence2",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+
+
+def test_cli_mixup_on_pairs_with_a_siamese_student_is_refused(tmp_path, pair_data, tiny_teacher):
+    r = runner.invoke(
+        app,
+        ["distill", "--teacher", str(tiny_teacher), "--out", str(tmp_path / "s"),
+         "--data", str(pair_data), "--text-pair-column", "sentence2", "--augment", "mixup"],
+    )  # fmt: skip
+    assert r.exit_code == 1 and "use --student bert" in r.output.splitlines()[-1]
+    assert not (tmp_path / "s").exists()

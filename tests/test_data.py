@@ -150,3 +150,20 @@ def test_load_task_reports_hub_error_when_dataset_fails_to_load(monkeypatch):
 def test_length_sorted_batches_cover_every_index_once():
     batches = length_sorted_batches([5, 1, 3, 2, 4], 2)
     assert batches == [[1, 3], [2, 4], [0]]
+
+
+def test_load_task_reads_sentence_pairs_from_the_pair_column(pair_data: Path):
+    task = load(pair_data, text_pair_column="sentence2")
+    assert len(task.train) == 160 and task.label_names == ["0", "1"]
+    first, second = task.train.texts[0]
+    assert isinstance(first, str) and isinstance(second, str) and first and second
+    with pytest.raises(EdgeKDError, match=r"no column 'hypothesis'.*fix --text-pair-column"):
+        load(pair_data, text_pair_column="hypothesis")
+
+
+def test_load_task_reads_pairs_from_jsonl_and_rejects_an_empty_side(tmp_path: Path):
+    rows = [{"premise": "a cat", "hypothesis": "an animal", "label": "entail"}] * 3
+    rows.append({"premise": "x", "hypothesis": " ", "label": "other"})
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(EdgeKDError, match="row 4 has an empty text"):
+        load(tmp_path / "d.jsonl", text_column="premise", text_pair_column="hypothesis")

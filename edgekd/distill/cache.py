@@ -45,7 +45,7 @@ def teacher_fingerprint(name_or_path: str, model: Any | None = None) -> str:
 
 def cache_key(
     teacher_fp: str,
-    texts: list[str],
+    texts: list[Any],
     max_length: int,
     augmentation: str = "none",
     runtime: str = "torch",
@@ -64,7 +64,8 @@ def cache_key(
         ).encode()
     )
     for t in texts:
-        h.update(t.encode("utf-8"))
+        # A pair's sides are joined by \x01, rows end in \x00: neither occurs in text.
+        h.update((t if isinstance(t, str) else "\x01".join(t)).encode("utf-8"))
         h.update(b"\x00")
     return h.hexdigest()[:32]
 

@@ -62,7 +62,7 @@ class TeacherAlignment:
     def spans(self, texts: list[str]) -> list[list[list[int]]]:
         """Per text, per student token: the teacher ids it stands for."""
         if self.same_vocab:
-            out = [[[i] for i in ids] for ids in self.student.ids(texts)]
+            out = [[[i] for i in ids] for ids in self.student.ids(texts) if isinstance(ids, list)]
         else:
             encs = self.student.tokenizer.encode_batch(
                 texts, add_special_tokens=self.student.add_special_tokens

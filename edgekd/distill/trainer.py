@@ -29,13 +29,13 @@ from edgekd.students.tokenizer import StudentTokenizer
 
 
 def predict_logits(
-    model: torch.nn.Module, tok: StudentTokenizer, ids: list[list[int]], batch_size: int = 256
+    model: torch.nn.Module, tok: StudentTokenizer, ids: list[Any], batch_size: int = 256
 ) -> np.ndarray:
     """Student logits for pre-tokenized rows, batched by similar length."""
     model.eval()
     out: np.ndarray | None = None
     with torch.inference_mode():
-        for idx in length_sorted_batches([len(x) for x in ids], batch_size):
+        for idx in length_sorted_batches([tok.length(x) for x in ids], batch_size):
             enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in idx]).items()}
             logits = model(**enc).float().numpy()
             if out is None:
@@ -151,7 +151,8 @@ def train_student(
     trainable = list(model.parameters()) + (
         list(layer_loss.parameters()) if layer_loss is not None else []
     )
-    optim = torch.optim.Adam(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    lr = cfg.lr or STUDENTS.get(cfg.student).default_lr
+    optim = torch.optim.Adam(trainable, lr=lr, weight_decay=cfg.weight_decay)
     model, optim, loader = accelerator.prepare(model, optim, loader)
     if teacher is not None:
         teacher.to(accelerator.device).eval()
@@ -281,6 +282,7 @@ def build_extras(
     teacher_tok: Any,
     sources: list[int],
     n_original: int,
+    pairs: bool = False,
 ) -> Extras:
     """The online teacher, layer loss, MixKD term and minimax selector the config asks for."""
     from edgekd.augment import methods_of_stage
@@ -308,6 +310,11 @@ def build_extras(
         extras.teacher = teacher
     if methods_of_stage(cfg.augment.methods, "batch"):
         from edgekd.distill.mixup import MixKD, TeacherAlignment
+
+        if pairs and not tok.add_special_tokens:
+            raise EdgeKDError(
+                "mixup mixes one token sequence per row; for sentence pairs use --student bert"
+            )
 
         a = cfg.augment
         extras.mixkd = MixKD(
@@ -373,7 +380,8 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
         raise EdgeKDError(
             f"student options {cfg.student_options}: {str(e).splitlines()[0]}; fix --student-option"
         ) from None
-    extras = build_extras(cfg, student, tok, teacher, teacher_tok, sources, len(task.train))
+    pairs = not isinstance(task.train.texts[0], str)
+    extras = build_extras(cfg, student, tok, teacher, teacher_tok, sources, len(task.train), pairs)
     if extras.teacher is None:
         del teacher  # not needed past this point; free its memory
     seconds["prepare_student"] = time.perf_counter() - t
@@ -412,6 +420,9 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
         return metrics  # one writer: the main process
     with atomic_dir(out_dir) as tmp:
         save_student(tmp, student, tok, task.label_names)
-        save_config(cfg, tmp / "config.yaml")
+        # The resolved config: the learning rate the student's default gave, not "unset".
+        save_config(
+            cfg.model_copy(update={"lr": cfg.lr or student.default_lr}), tmp / "config.yaml"
+        )
         write_json(tmp / "metrics.json", metrics)
     return metrics

@@ -33,6 +33,7 @@ class Student(nn.Module):
     name: ClassVar[str]
     Config: ClassVar[type[BaseModel]]
     has_hidden_states: ClassVar[bool] = False  # forward(..., return_hidden=True) works
+    default_lr: ClassVar[float] = 1e-3  # Adam; Tang et al.'s BiLSTM setting
 
     def __init__(self, config: Any, vocab_size: int, num_labels: int) -> None:
         super().__init__()

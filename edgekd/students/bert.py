@@ -56,6 +56,8 @@ class BertStudent(Student):
     name = "bert"
     Config = BertStudentConfig
     has_hidden_states = True
+    # Fine-tuning rate for pretrained transformer weights (BERT's 2e-5..5e-5 range).
+    default_lr = 5e-5
 
     def __init__(self, config: BertStudentConfig, vocab_size: int, num_labels: int) -> None:
         from transformers import BertConfig, BertModel
@@ -89,13 +91,15 @@ class BertStudent(Student):
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
         mix: tuple[torch.Tensor, torch.Tensor] | None = None,
         return_hidden: bool = False,
     ) -> Any:
         """Logits; with `return_hidden`, (logits, hidden states of embeddings + each layer).
 
         `mix = (perm, lam)` mixes the word embeddings of each row with those of row
-        perm[i] (MixKD); padded positions count as zero vectors.
+        perm[i] (MixKD); padded positions count as zero vectors. `token_type_ids`
+        mark a sentence pair's second text (all zero for one text).
         """
         kwargs: dict[str, Any] = {"input_ids": input_ids}
         if mix is not None:
@@ -104,7 +108,12 @@ class BertStudent(Student):
             words = self.bert.embeddings.word_embeddings(input_ids)
             kwargs = {"inputs_embeds": mix_embeddings(words, attention_mask, *mix)}
             attention_mask = torch.maximum(attention_mask, attention_mask[mix[0]])
-        out = self.bert(attention_mask=attention_mask, output_hidden_states=return_hidden, **kwargs)
+        out = self.bert(
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            output_hidden_states=return_hidden,
+            **kwargs,
+        )
         logits = self.classifier(self.dropout(out.pooler_output))
         return (logits, out.hidden_states) if return_hidden else logits
 

@@ -16,6 +16,7 @@ import torch
 from pydantic import Field
 from torch import nn
 
+from edgekd.augment import sides_of
 from edgekd.config import StrictModel
 from edgekd.students.base import Student, project_rows, teacher_rows_for
 from edgekd.students.tokenizer import (
@@ -44,6 +45,9 @@ class BiLSTMConfig(StrictModel):
     min_freq: int = Field(1, ge=1, description="Keep words seen at least this often.")
     lowercase: bool = True
     max_length: int = Field(64, ge=1, description="Tokens per text; longer texts are cut.")
+    pair: bool = Field(
+        False, description="Siamese over sentence pairs (set from the data by prepare)."
+    )
 
 
 class BiLSTMStudent(Student):
@@ -57,15 +61,37 @@ class BiLSTMStudent(Student):
             config.embedding_dim, config.hidden_size, batch_first=True, bidirectional=True
         )
         self.dropout = nn.Dropout(config.dropout)
-        self.mlp = nn.Linear(2 * config.hidden_size, config.mlp_size)
+        # A pair's features are [h1, h2, h1⊙h2, |h1−h2|]: four encodings wide.
+        features = 2 * config.hidden_size * (4 if config.pair else 1)
+        self.mlp = nn.Linear(features, config.mlp_size)
         self.classifier = nn.Linear(config.mlp_size, num_labels)
 
     def forward(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
+        input_ids_b: torch.Tensor | None = None,
+        attention_mask_b: torch.Tensor | None = None,
         mix: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
+        """Logits for texts, or for pairs (`*_b`: the second texts) with the siamese
+        encoder of Tang et al.: one shared BiLSTM encodes both sides."""
+        pooled = self.encode(input_ids, attention_mask, mix)
+        if self.config.pair:
+            if input_ids_b is None or attention_mask_b is None:
+                raise ValueError("a pair student needs input_ids_b and attention_mask_b")
+            other = self.encode(input_ids_b, attention_mask_b, mix)
+            pooled = torch.cat([pooled, other, pooled * other, (pooled - other).abs()], dim=1)
+        hidden = torch.relu(self.mlp(self.dropout(pooled)))
+        return self.classifier(self.dropout(hidden))
+
+    def encode(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        mix: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """One text per row → its pooled BiLSTM states (batch × 2·hidden)."""
         x = self.embedding(input_ids)
         if mix is not None:  # MixKD: the mixed row is as long as the longer of the two
             from edgekd.distill.mixup import mix_embeddings
@@ -88,8 +114,7 @@ class BiLSTMStudent(Student):
             # Padding must never win the max: push it far below any LSTM output (|h| < 1).
             pad = ~attention_mask.bool().unsqueeze(-1)
             pooled = out.masked_fill(pad, -1e4).max(dim=1).values
-        hidden = torch.relu(self.mlp(self.dropout(pooled)))
-        return self.classifier(self.dropout(hidden))
+        return pooled
 
     @classmethod
     def prepare(
@@ -100,11 +125,12 @@ class BiLSTMStudent(Student):
         teacher: Any,
         teacher_tokenizer: Any,
     ) -> tuple[BiLSTMStudent, StudentTokenizer]:
-        config = BiLSTMConfig(**options)
+        pair = any(not isinstance(t, str) for t in texts[:1])
+        config = BiLSTMConfig(**{**options, "pair": pair})
         if config.vocab == "word":
             mask = getattr(teacher_tokenizer, "mask_token", None)
             tok = build_word_tokenizer(
-                texts,
+                sides_of(texts),
                 config.max_vocab,
                 config.min_freq,
                 config.lowercase,

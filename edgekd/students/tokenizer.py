@@ -22,17 +22,33 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 PAD, UNK = "[PAD]", "[UNK]"
 
 
+# One tokenized row: ids, or (first, second) ids of a sentence pair read by a siamese
+# student. Students with [CLS]/[SEP] read a pair as one row: [CLS] a [SEP] b [SEP].
+Row = list[int] | tuple[list[int], list[int]]
+
+
 class StudentTokenizer:
-    """Texts → padded `input_ids` and `attention_mask` (int64, batch × longest)."""
+    """Texts → padded `input_ids` and `attention_mask` (int64, batch × longest).
+
+    With special tokens, `token_type_ids` too (1 after the first [SEP], for pairs).
+    Sentence pairs without special tokens (the siamese BiLSTM) give each side its
+    own `input_ids`/`attention_mask` and `input_ids_b`/`attention_mask_b`.
+    """
 
     def __init__(self, tokenizer: Tokenizer, max_length: int, add_special_tokens: bool = False):
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.add_special_tokens = add_special_tokens
         self.tokenizer.no_padding()
+        self.type_sep: int | None = None
         if add_special_tokens:
             # Let the tokenizer truncate: it keeps room for [SEP] within max_length.
             self.tokenizer.enable_truncation(max_length)
+            # The token after which a pair's second text (type 1) starts, if the
+            # template has types at all (BERT's does, RoBERTa's does not).
+            probe = self.tokenizer.encode("a", "b", add_special_tokens=True)
+            if 1 in probe.type_ids and probe.type_ids.index(1) > 0:
+                self.type_sep = probe.ids[probe.type_ids.index(1) - 1]
         else:
             self.tokenizer.no_truncation()
         pad = self.tokenizer.token_to_id(PAD)
@@ -42,10 +58,14 @@ class StudentTokenizer:
     def vocab_size(self) -> int:
         return int(self.tokenizer.get_vocab_size())
 
-    def ids(self, texts: list[str]) -> list[list[int]]:
+    def ids(self, texts: list[Any]) -> list[Row]:
         """Token ids per text, truncated to `max_length`, never empty (UNK/PAD fill-in)."""
+        if texts and not isinstance(texts[0], str) and not self.add_special_tokens:
+            firsts = self.ids([a for a, _ in texts])
+            seconds = self.ids([b for _, b in texts])
+            return list(zip(firsts, seconds, strict=True))  # type: ignore[arg-type]
         encs = self.tokenizer.encode_batch(texts, add_special_tokens=self.add_special_tokens)
-        out = []
+        out: list[Row] = []
         for enc in encs:
             ids = enc.ids[: self.max_length]
             # A text of only unknown punctuation or whitespace still gets one token, so
@@ -53,16 +73,29 @@ class StudentTokenizer:
             out.append(ids or [self.tokenizer.token_to_id(UNK) or self.pad_id])
         return out
 
-    def pad(self, batch: list[list[int]]) -> dict[str, np.ndarray]:
+    @staticmethod
+    def length(row: Row) -> int:
+        return len(row) if isinstance(row, list) else len(row[0]) + len(row[1])
+
+    def pad(self, batch: list[Row]) -> dict[str, np.ndarray]:
+        if isinstance(batch[0], tuple):
+            first = self.pad([a for a, _ in batch])  # type: ignore[misc]
+            second = self.pad([b for _, b in batch])  # type: ignore[misc]
+            return {**first, **{f"{k}_b": v for k, v in second.items()}}
         width = max(len(x) for x in batch)
         input_ids = np.full((len(batch), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(batch), width), dtype=np.int64)
         for i, ids in enumerate(batch):
             input_ids[i, : len(ids)] = ids
             mask[i, : len(ids)] = 1
-        return {"input_ids": input_ids, "attention_mask": mask}
+        out = {"input_ids": input_ids, "attention_mask": mask}
+        if self.type_sep is not None:
+            is_sep = input_ids == self.type_sep
+            before = np.cumsum(is_sep, axis=1) - is_sep  # separators strictly before
+            out["token_type_ids"] = ((before >= 1) & (mask == 1)).astype(np.int64)
+        return out
 
-    def __call__(self, texts: list[str]) -> dict[str, np.ndarray]:
+    def __call__(self, texts: list[Any]) -> dict[str, np.ndarray]:
         return self.pad(self.ids(texts))
 
     def save(self, folder: Path) -> None:

@@ -95,3 +95,38 @@ def test_bilstm_mix_with_lambda_one_is_the_plain_forward():
         mixed = model(ids, mask, mix=(torch.tensor([1, 0]), torch.tensor([1.0, 0.0])))
     # Row 0 with λ = 1 is itself; row 1 with λ = 0 is row 0's words.
     torch.testing.assert_close(mixed, plain[[0, 0]], atol=1e-6, rtol=0)
+
+
+def test_siamese_bilstm_encodes_each_side_with_the_shared_encoder():
+    torch.manual_seed(0)
+    cfg = BiLSTMConfig(embedding_dim=8, hidden_size=4, mlp_size=8, dropout=0.0, pair=True)
+    model = BiLSTMStudent(cfg, 50, 2).eval()
+    assert model.mlp.in_features == 4 * 2 * 4  # [h1, h2, h1⊙h2, |h1−h2|], 2·hidden each
+    a = torch.tensor([[5, 6, 7], [8, 0, 0]])
+    b = torch.tensor([[9, 0], [3, 4]])
+    with torch.no_grad():
+        got = model(a, (a != 0).long(), b, (b != 0).long())
+        h1, h2 = model.encode(a, (a != 0).long()), model.encode(b, (b != 0).long())
+        feats = torch.cat([h1, h2, h1 * h2, (h1 - h2).abs()], dim=1)
+        want = model.classifier(torch.relu(model.mlp(feats)))
+        alone = model(a[1:, :1], a[1:, :1].ne(0).long(), b[1:], b[1:].ne(0).long())
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got[1:], alone, atol=1e-6, rtol=0)  # padding never leaks
+
+
+def test_tokenizers_split_pairs_for_siamese_and_join_them_for_bert(tiny_teacher):
+    from transformers import AutoTokenizer
+
+    from edgekd.students.tokenizer import wordpiece_from_teacher
+
+    word = build_word_tokenizer(["good film", "bad plot"], 10, 1, True, 8)
+    enc = word([("good film", "bad"), ("plot", "good bad plot")])
+    assert set(enc) == {"input_ids", "attention_mask", "input_ids_b", "attention_mask_b"}
+    assert enc["attention_mask_b"].tolist() == [[1, 0, 0], [1, 1, 1]]
+    hf = AutoTokenizer.from_pretrained(tiny_teacher)
+    bert = wordpiece_from_teacher(hf, 32, add_special_tokens=True)
+    pairs = [("the film", "good"), ("bad", "the plot was dull")]
+    want = hf([p[0] for p in pairs], [p[1] for p in pairs], padding=True, return_tensors="np")
+    got = bert(pairs)
+    for key in ("input_ids", "attention_mask", "token_type_ids"):
+        assert got[key].tolist() == want[key].tolist(), key
