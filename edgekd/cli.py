@@ -151,6 +151,11 @@ def distill(
     intermediate: str | None = typer.Option(
         None, help="Intermediate-layer loss for a bert student: pkd, tinybert or alp."
     ),
+    assistant_layers: int | None = typer.Option(
+        None,
+        "--assistant-layers",
+        help="TAKD: first distil a bert assistant of this many layers, then the student from it.",
+    ),
     intermediate_option: list[str] | None = typer.Option(
         None,
         "--intermediate-option",
@@ -214,6 +219,10 @@ def distill(
         **cfg.intermediate_options,
         **parse_options(intermediate_option, "--intermediate-option"),
     }
+    if assistant_layers is not None:
+        cfg = override(
+            cfg, assistant={"student": "bert", "student_options": {"layers": assistant_layers}}
+        )
     cfg = override(
         cfg,
         intermediate=intermediate,

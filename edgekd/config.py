@@ -105,6 +105,11 @@ class DistillConfig(StrictModel):
     loss_options: dict[str, Any] = Field(
         default_factory=dict, description="Extra loss arguments, e.g. tau_max for `annealing`."
     )
+    assistant: dict[str, Any] | None = Field(
+        None,
+        description="TAKD: fields of a first run (e.g. student: bert, student_options: "
+        "{layers: 3}) whose student then teaches this one.",
+    )
     intermediate: str | None = Field(
         None, description="Intermediate-layer loss for a BERT student: pkd, tinybert or alp."
     )

@@ -230,3 +230,14 @@ def test_cli_mixup_on_pairs_with_a_siamese_student_is_refused(tmp_path, pair_dat
     )  # fmt: skip
     assert r.exit_code == 1 and "use --student bert" in r.output.splitlines()[-1]
     assert not (tmp_path / "s").exists()
+
+
+def test_cli_assistant_layers_runs_takd_in_one_command(tmp_path, tiny_data, tiny_teacher):
+    r = invoke(
+        "distill", "--teacher", tiny_teacher, "--out", tmp_path / "s", "--data", tiny_data,
+        "--epochs", 1, "--assistant-layers", 1, "-s", "embedding_dim=16", "-s", "hidden_size=8",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
+    assert resolved["assistant"] == {"student": "bert", "student_options": {"layers": 1}}
+    assert (tmp_path / "s" / "assistant" / "model.safetensors").is_file()

@@ -333,10 +333,55 @@ def build_extras(
     return extras
 
 
+def run_takd(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
+    """Teacher-assistant KD (Mirzadeh et al. 2020, "Improved Knowledge Distillation via
+    Teacher Assistant", arXiv:1902.03393): two runs from one config.
+
+    Run 1 distils the teacher into the assistant (`cfg.assistant` overrides any field:
+    student, student_options, intermediate, epochs...); run 2 distils the assistant
+    into the configured student. The folder holds the student, its config (with the
+    `assistant` section) and the assistant in `assistant/`. In the metrics,
+    `teacher_accuracy` is the original teacher's and `agreement` is with the assistant.
+    """
+    import os
+    import shutil
+
+    from edgekd.config import validate
+
+    assert cfg.assistant is not None
+    base = cfg.model_dump(exclude={"assistant"})
+    a_cfg = validate(DistillConfig, {**base, **cfg.assistant}, "assistant")
+    if not getattr(STUDENTS.get(a_cfg.student), "has_hidden_states", False):
+        raise EdgeKDError(
+            f"assistant student {a_cfg.student!r} cannot teach (it is no HF classifier); "
+            "use an assistant with student: bert"
+        )
+    with atomic_dir(out_dir) as tmp:
+        console.print(f"TAKD run 1/2: {cfg.teacher} → assistant ({a_cfg.student})")
+        a_metrics = run_distill(a_cfg, tmp / "assistant")
+        console.print(f"TAKD run 2/2: assistant → student ({cfg.student})")
+        s_cfg = cfg.model_copy(update={"assistant": None, "teacher": str(tmp / "assistant")})
+        metrics = run_distill(s_cfg, tmp / "student")
+        for item in (tmp / "student").iterdir():
+            os.replace(item, tmp / item.name)
+        shutil.rmtree(tmp / "student")
+        metrics.update(
+            teacher=cfg.teacher,
+            assistant_accuracy=metrics["teacher_accuracy"],
+            teacher_accuracy=a_metrics["teacher_accuracy"],
+            assistant=cfg.assistant,
+        )
+        save_config(cfg.model_copy(update={"lr": metrics["lr"]}), tmp / "config.yaml")
+        write_json(tmp / "metrics.json", metrics)
+    return metrics
+
+
 def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
     """Distil `cfg.teacher` into a student folder at `out_dir`; return its metrics."""
     from edgekd.teacher import align_labels, load_teacher, teacher_label_names
 
+    if cfg.assistant is not None:
+        return run_takd(cfg, out_dir)
     student_cls = STUDENTS.get(cfg.student)  # an unknown name raises, listing the valid ones
     for method in cfg.augment.methods:
         AUGMENTERS.get(method)  # an unknown name fails here, before any work
@@ -405,6 +450,7 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
         "agreement": float((pred == teacher_pred).mean()),
         **student.params(),
         "init": student.init_notes,
+        "lr": cfg.lr or student.default_lr,
         "intermediate": cfg.intermediate,
         "vocab_size": tok.vocab_size,
         "n_train": len(task.train),

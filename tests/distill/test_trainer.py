@@ -257,3 +257,19 @@ def test_run_distill_refuses_impossible_method_combinations(
     with pytest.raises(EdgeKDError, match=message):
         run_distill(cfg(tiny_teacher, tiny_data, **{"student_options": {}, **kw}), tmp_path / "s")
     assert not (tmp_path / "s").exists()
+
+
+def test_run_distill_takd_chains_teacher_assistant_student(tiny_teacher, tiny_data, tmp_path):
+    assistant = {"student": "bert", "student_options": BERT}
+    m = run_distill(cfg(tiny_teacher, tiny_data, assistant=assistant), tmp_path / "s")
+    a = json.loads((tmp_path / "s" / "assistant" / "metrics.json").read_text())
+    assert (tmp_path / "s" / "assistant" / "config.json").is_file()  # an HF classifier
+    assert m["teacher"] == str(tiny_teacher) and m["student"] == "bilstm"
+    assert m["assistant_accuracy"] == a["student_accuracy"]  # the student's teacher
+    assert m["teacher_accuracy"] == a["teacher_accuracy"]  # the original teacher
+    import yaml
+
+    resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
+    assert resolved["assistant"] == assistant and resolved["teacher"] == str(tiny_teacher)
+    with pytest.raises(EdgeKDError, match="use an assistant with student: bert"):
+        run_distill(cfg(tiny_teacher, tiny_data, assistant={}), tmp_path / "t")
