@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from edgekd.distill.schedules import Schedule
 from edgekd.errors import EdgeKDError
@@ -139,6 +139,16 @@ class DistillConfig(StrictModel):
     teacher_max_length: int = Field(128, ge=8, description="Teacher tokens per example.")
     cache_dir: str | None = Field(None, description="Teacher-logit cache; ~/.cache/edgekd.")
     seed: int = 0
+
+    @field_validator("assistant")
+    @classmethod
+    def _assistant_fields(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # Checked here so a typo fails when the file is read, not after run 1.
+        keys = set(value or {})
+        unknown = sorted(keys - set(cls.model_fields) | keys & {"assistant"})
+        if unknown:
+            raise ValueError(f"unknown assistant field(s) {unknown}; use distill fields")
+        return value
 
 
 class ExportConfig(StrictModel):

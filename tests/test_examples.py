@@ -19,7 +19,13 @@ def test_example_budgets_load(name):
 
 @pytest.mark.parametrize(
     "name,model",
-    [("distill-sst2-bilstm.yaml", DistillConfig), ("teacher-sst2.yaml", TeacherConfig)],
+    [
+        ("distill-sst2-bilstm.yaml", DistillConfig),
+        ("distill-sst2-bilstm-tang.yaml", DistillConfig),
+        ("distill-sst2-bert3.yaml", DistillConfig),
+        ("distill-sst2-takd.yaml", DistillConfig),
+        ("teacher-sst2.yaml", TeacherConfig),
+    ],
 )
 def test_example_configs_validate(name, model):
     path = REPO / "examples" / name
@@ -79,3 +85,10 @@ def test_readme_edgekd_commands_parse_with_the_real_cli():
         sub = group.get_command(ctx, args[0])
         assert sub is not None, args
         sub.make_context(args[0], list(args[1:]), parent=ctx)  # raises on a bad option
+
+
+def test_distill_config_rejects_unknown_assistant_fields():
+    from edgekd.errors import EdgeKDError
+
+    with pytest.raises(EdgeKDError, match=r"unknown assistant field\(s\) \['studnet'\]"):
+        validate(DistillConfig, {"teacher": "t", "assistant": {"studnet": "bert"}}, "f.yaml")
