@@ -120,6 +120,17 @@ def build_tiny_bert(folder: Path, classifier: bool = True, seed: int = 0) -> Pat
     return folder
 
 
+def build_other_vocab(folder: Path) -> Path:
+    """A student tokenizer whose vocabulary differs from the tiny teacher's."""
+    from transformers import BertTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "films", "bad", "the"]
+    (folder / "vocab.txt").write_text("\n".join(words) + "\n")
+    BertTokenizerFast(vocab_file=str(folder / "vocab.txt")).save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_bert(tmp_path_factory.mktemp("teacher"))

@@ -28,8 +28,8 @@ from torch import nn
 
 from edgekd.config import StrictModel
 from edgekd.distill.layers import map_layers
-from edgekd.students.base import Student
-from edgekd.students.tokenizer import StudentTokenizer, wordpiece_from_teacher
+from edgekd.students.base import Student, teacher_rows_for
+from edgekd.students.tokenizer import StudentTokenizer, vocab_tokens, wordpiece_from_teacher
 
 
 class BertStudentConfig(StrictModel):
@@ -45,6 +45,11 @@ class BertStudentConfig(StrictModel):
     )
     dropout: float = Field(0.1, ge=0, lt=1)
     max_length: int = Field(64, ge=4, description="Tokens per text incl. [CLS] and [SEP].")
+    tokenizer: str | None = Field(
+        None,
+        description="HF tokenizer (id or folder) for the student's own vocabulary; unset: "
+        "the teacher's. Word rows then start from the teacher's pieces of each token.",
+    )
     # Copied from the teacher at prepare time so a saved student rebuilds exactly.
     max_position_embeddings: int = Field(512, ge=4)
     type_vocab_size: int = Field(2, ge=1)
@@ -140,11 +145,19 @@ class BertStudent(Student):
         assert config.hidden is not None and config.heads is not None
         if config.hidden % config.heads:
             raise ValueError(f"hidden {config.hidden} is not a multiple of heads {config.heads}")
-        tok = wordpiece_from_teacher(teacher_tokenizer, config.max_length, add_special_tokens=True)
+        hf_tok = teacher_tokenizer
+        if config.tokenizer is not None:
+            hf_tok = load_tokenizer(config.tokenizer)
+        tok = wordpiece_from_teacher(hf_tok, config.max_length, add_special_tokens=True)
         model = cls(config, tok.vocab_size, num_labels)
-        model.hf_tokenizer = teacher_tokenizer
+        model.hf_tokenizer = hf_tok
         if config.init == "teacher" and teacher is not None:
             model.init_notes = copy_teacher_weights(model, teacher)
+            if (
+                hf_tok is not teacher_tokenizer
+                and hf_tok.get_vocab() != teacher_tokenizer.get_vocab()
+            ):
+                model.init_notes.append(map_word_rows(model, tok, teacher, teacher_tokenizer))
         return model, tok
 
     def save_extra(self, folder: Path, id2label: list[str]) -> None:
@@ -164,6 +177,30 @@ class BertStudent(Student):
             self.hf_tokenizer.save_pretrained(folder)
 
 
+def load_tokenizer(name_or_path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    from edgekd.hub import require_hub
+
+    require_hub(name_or_path, "student tokenizer")
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path, use_fast=True)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot load tokenizer {name_or_path!r} ({str(e)[:120]})") from None
+
+
+def map_word_rows(student: BertStudent, tok: StudentTokenizer, teacher: Any, t_tok: Any) -> str:
+    """With its own vocabulary, a student token's row starts as the mean of the teacher's
+    rows for its pieces (when the widths match)."""
+    table = student.bert.embeddings.word_embeddings.weight
+    if table.shape[1] != teacher.get_input_embeddings().weight.shape[1]:
+        return "word embeddings: widths differ, random init"
+    rows = teacher_rows_for(vocab_tokens(tok), teacher, t_tok, same_vocab=False)
+    with torch.no_grad():
+        table.copy_(rows)
+    return f"word embeddings: {len(rows):,} rows mapped from the teacher's pieces"
+
+
 def copy_teacher_weights(student: BertStudent, teacher: Any) -> list[str]:
     """Copy every teacher tensor whose shape fits; return what was copied, in words."""
     notes: list[str] = []
@@ -179,7 +216,12 @@ def copy_teacher_weights(student: BertStudent, teacher: Any) -> list[str]:
         else:
             notes.append(f"{what}: shapes differ, random init")
 
-    copy(student.bert.embeddings, t_base.embeddings, "embeddings")
+    # Embeddings tensor by tensor: with another vocabulary, positions, token types and
+    # LayerNorm still fit (word rows are then mapped by `map_word_rows`).
+    ours, theirs = student.bert.embeddings.state_dict(), t_base.embeddings.state_dict()
+    fits = {k: v for k, v in theirs.items() if k in ours and ours[k].shape == v.shape}
+    student.bert.embeddings.load_state_dict({**ours, **fits})
+    notes.append(f"embeddings: {len(fits)}/{len(ours)} tensors copied")
     n_teacher = len(t_base.encoder.layer)
     mapping = "bottom" if student.config.layer_init == "first" else "uniform"
     for s, t in map_layers(mapping, student.config.layers, n_teacher):

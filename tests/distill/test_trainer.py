@@ -273,3 +273,18 @@ def test_run_distill_takd_chains_teacher_assistant_student(tiny_teacher, tiny_da
     assert resolved["assistant"] == assistant and resolved["teacher"] == str(tiny_teacher)
     with pytest.raises(EdgeKDError, match="use an assistant with student: bert"):
         run_distill(cfg(tiny_teacher, tiny_data, assistant={}), tmp_path / "t")
+
+
+def test_run_distill_pkd_feeds_each_model_its_own_tokens(tiny_teacher, tiny_data, tmp_path):
+    from conftest import build_other_vocab
+
+    vocab = str(build_other_vocab(tmp_path / "vocab"))
+    options = {**BERT, "tokenizer": vocab}
+    kw = {"student": "bert", "student_options": options}
+    m = run_distill(cfg(tiny_teacher, tiny_data, intermediate="pkd", **kw), tmp_path / "s")
+    assert m["vocab_size"] == 9 and m["intermediate"] == "pkd"
+    # TinyBERT compares token positions: it needs the teacher's own vocabulary.
+    with pytest.raises(EdgeKDError, match="must read the teacher's vocabulary"):
+        run_distill(
+            cfg(tiny_teacher, tiny_data, intermediate="tinybert", epochs=3, **kw), tmp_path / "t"
+        )

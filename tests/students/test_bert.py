@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import build_other_vocab
 from edgekd.students.base import load_student, save_student
 from edgekd.students.bert import BertStudent
 
@@ -41,7 +42,8 @@ def test_bert_student_starts_from_scratch_when_width_differs(teacher):
         {"layers": 1, "hidden": 16, "heads": 2, "ffn": 24}, ["x"], 2, *teacher
     )
     assert model.bert.config.hidden_size == 16 and model.bert.config.intermediate_size == 24
-    assert all("random init" in note for note in model.init_notes)
+    assert model.init_notes[0] == "embeddings: 0/5 tensors copied"
+    assert all("random init" in note for note in model.init_notes[1:])
 
 
 def test_bert_student_refuses_more_layers_than_the_teacher(teacher):
@@ -87,3 +89,18 @@ def test_bert_student_mix_with_lambda_one_is_the_plain_forward(teacher):
         mixed = model(**enc, mix=(torch.tensor([1, 0]), torch.ones(2)))
     # Row 0 is the longer: its mixed mask is its own, so λ = 1 changes nothing.
     torch.testing.assert_close(mixed[0], plain[0], atol=1e-5, rtol=0)
+
+
+def test_bert_student_with_its_own_vocabulary_maps_rows_from_teacher_pieces(teacher, tmp_path):
+    model, tok = BertStudent.prepare(
+        {"layers": 1, "tokenizer": str(build_other_vocab(tmp_path / "vocab"))}, ["x"], 2, *teacher
+    )
+    assert tok.vocab_size == 9 and model.init_notes[-1].startswith("word embeddings: 9 rows")
+    assert model.init_notes[0] == "embeddings: 4/5 tensors copied"  # all but the word table
+    t_model, t_tok = teacher
+    t_table = t_model.bert.embeddings.word_embeddings.weight
+    s_table = model.bert.embeddings.word_embeddings.weight
+    good = t_tok.convert_tokens_to_ids("good")
+    film, s_ = t_tok.convert_tokens_to_ids(["film", "##s"])
+    torch.testing.assert_close(s_table[5], t_table[good])
+    torch.testing.assert_close(s_table[6], (t_table[film] + t_table[s_]) / 2)  # "films"
