@@ -311,7 +311,24 @@ def eval_(
 def export(
     student_dir: Path = typer.Argument(..., help="Student folder from `edgekd distill`."),
     out: Path = typer.Option(..., "--out", help="Folder for the ONNX models."),
-    int8: bool = typer.Option(False, "--int8", help="Also write a dynamic int8 model."),
+    int8: str = typer.Option(
+        "none", "--int8", help="Also write an int8 model: dynamic, static (QDQ) or none."
+    ),
+    preset: str | None = typer.Option(
+        None, help="int8 target CPU: auto (this CPU's flags), avx2, avx512_vnni, arm64."
+    ),
+    calibration: str | None = typer.Option(
+        None, help="Static int8 calibration: minmax, entropy or percentile."
+    ),
+    calibration_samples: int | None = typer.Option(None, help="Training rows to calibrate on."),
+    per_channel: bool | None = typer.Option(None, "--per-channel/--per-tensor"),
+    reduce_range: bool | None = typer.Option(None, "--reduce-range/--full-range"),
+    guard: bool = typer.Option(
+        True, "--guard/--no-guard", help="Keep int8 only if it beats fp32 on this CPU."
+    ),
+    max_int8_drop: float | None = typer.Option(
+        None, help="Accuracy repair: keep sensitive nodes in fp32 until int8 loses at most this."
+    ),
     data: str | None = typer.Option(
         None,
         "--data",
@@ -324,7 +341,19 @@ def export(
     from edgekd.config import ExportConfig, override
     from edgekd.exporters.run import run_export, student_data_config
 
-    cfg = override(ExportConfig(), int8=int8, atol=atol, opset=opset)
+    if int8 not in ("none", "dynamic", "static"):
+        raise EdgeKDError(f"--int8 {int8!r}: use dynamic, static or none")
+    cfg = override(
+        ExportConfig(int8=None if int8 == "none" else int8, guard=guard),  # type: ignore[arg-type]
+        atol=atol,
+        opset=opset,
+        preset=preset,
+        calibration=calibration,
+        calibration_samples=calibration_samples,
+        per_channel=per_channel,
+        reduce_range=reduce_range,
+        max_int8_drop=max_int8_drop,
+    )
     data_cfg = student_data_config(student_dir) if student_dir.is_dir() else None
     if data:
         from edgekd.config import DataConfig

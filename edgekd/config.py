@@ -153,8 +153,26 @@ class DistillConfig(StrictModel):
 
 class ExportConfig(StrictModel):
     opset: int = Field(17, ge=13)
-    int8: bool = Field(True, description="Also write a dynamic int8 model.")
-    quantizer: str = Field("dynamic", description="Registered quantization preset.")
+    int8: Literal["dynamic", "static"] | None = Field(
+        "dynamic", description="Also write an int8 model: dynamic (LSTM-capable) or static QDQ."
+    )
+    preset: Literal["auto", "avx2", "avx512_vnni", "arm64"] = Field(
+        "auto", description="Target CPU for int8 types; auto reads this CPU's flags."
+    )
+    per_channel: bool | None = Field(None, description="Per-channel weight scales (preset's).")
+    reduce_range: bool | None = Field(None, description="7-bit weights (preset's).")
+    calibration: Literal["minmax", "entropy", "percentile"] = Field(
+        "minmax", description="Static int8: how activation ranges are calibrated."
+    )
+    calibration_samples: int = Field(
+        256, ge=1, description="Static int8: training rows run for calibration."
+    )
+    guard: bool = Field(
+        True, description="Time int8 against fp32 here; keep int8 only if it is faster."
+    )
+    max_int8_drop: float | None = Field(
+        None, ge=0, le=1, description="Accuracy repair: keep sensitive nodes fp32 until met."
+    )
     atol: float = Field(1e-4, gt=0, description="Max |ONNX − PyTorch| on logits (fp32).")
 
 

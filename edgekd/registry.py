@@ -74,7 +74,11 @@ EXPORTERS: Registry[Any] = Registry(
     },
 )
 QUANTIZERS: Registry[Any] = Registry(
-    "quantization preset", {"dynamic": "edgekd.exporters.quantize:DynamicInt8Quantizer"}
+    "int8 mode",
+    {
+        "dynamic": "edgekd.exporters.quantize:DynamicInt8Quantizer",
+        "static": "edgekd.exporters.quantize:StaticInt8Quantizer",
+    },
 )
 AUGMENTERS: Registry[Any] = Registry(
     "augmenter",

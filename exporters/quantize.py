@@ -1,53 +1,265 @@
-"""int8 quantization presets for onnxruntime.
+"""int8 quantization for onnxruntime: presets per target CPU, dynamic and static (QDQ).
 
-A preset is named for what it targets and says why it picks its types.
+A preset is named for the CPU it targets and says why it picks its types. `auto`
+reads the CPU flags (this machine's, or a device spec's).
+
+- dynamic: weights int8 ahead of time, activations quantized per batch at run
+  time. The only kind onnxruntime has for LSTMs (DynamicQuantizeLSTM), so the
+  default for the BiLSTM.
+- static: QDQ format, activation ranges calibrated on training rows (minmax,
+  entropy or percentile), after `quant_pre_process` (shape inference + graph
+  optimisation). onnxruntime has no static LSTM kernel: static leaves the LSTM in
+  fp32 and quantizes MatMul/Gemm/Gather around it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
+import platform
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
+
+import numpy as np
+
+OP_TYPES = ["LSTM", "MatMul", "Gemm", "Gather", "Attention"]
+CALIBRATION = ("minmax", "entropy", "percentile")
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    weight_type: str  # onnxruntime QuantType name: "QInt8" (s8) or "QUInt8" (u8)
+    per_channel: bool
+    reduce_range: bool
+    why: str
+
+
+PRESETS = {
+    # No VNNI: u8×s8 products go through vpmaddubsw, which adds two of them into a
+    # saturating int16 (2 · 255 · 128 = 65,280 > 32,767), so full-range s8 weights can
+    # clip. u8 weights take onnxruntime's u8×u8 kernel, which widens to 16 bits first
+    # and never saturates (optimum's avx2 preset makes the same choice).
+    "avx2": Preset(
+        "avx2", "QUInt8", True, False, "AVX2 without VNNI: u8 weights avoid int16 saturation"
+    ),
+    # VNNI (AVX512-VNNI or AVX-VNNI) has vpdpbusd: i32 += u8 · s8 in one instruction,
+    # no int16 intermediate, so symmetric s8 weights are exact and the fastest path.
+    "avx512_vnni": Preset(
+        "avx512_vnni", "QInt8", True, False, "VNNI: u8 activations × s8 weights, one instruction"
+    ),
+    # ARM64 sdot/udot multiply 8-bit lanes straight into int32 (no saturation); u8
+    # activations × s8 weights is as fast as u8×u8 on big cores and faster on small ones.
+    "arm64": Preset(
+        "arm64", "QInt8", True, False, "ARM64 dot-product: u8 × s8 into int32, no saturation"
+    ),
+}
+PRESET_NAMES = (*PRESETS, "auto")
+
+
+def cpu_flags() -> set[str]:
+    """This machine's CPU feature flags (Linux /proc/cpuinfo; empty elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def detect_preset(flags: set[str], machine: str) -> tuple[str, str]:
+    """(preset name, why) for a CPU with `flags` on architecture `machine`."""
+    if machine.lower() in ("aarch64", "arm64") or {"asimddp", "asimd"} & flags:
+        return "arm64", f"{machine}: ARM64"
+    vnni = {"avx512_vnni", "avx512vnni", "avx_vnni", "amx_int8"} & flags
+    if vnni:
+        return "avx512_vnni", f"CPU flags include {sorted(vnni)[0]}"
+    if "avx2" in flags:
+        return "avx2", "CPU has AVX2 but no VNNI"
+    return "avx2", "no AVX2/VNNI flag found: the u8×u8 path is the safe choice"
+
+
+def resolve_preset(name: str, flags: set[str] | None = None, machine: str | None = None) -> Preset:
+    """A preset by name; `auto` picks from `flags`/`machine` (default: this machine's)."""
+    if name == "auto":
+        name, _ = detect_preset(
+            cpu_flags() if flags is None else flags, machine or platform.machine()
+        )
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; valid: {', '.join(PRESET_NAMES)}")
+    return PRESETS[name]
+
+
+@contextlib.contextmanager
+def quiet_quantizer() -> Iterator[None]:
+    # onnxruntime logs a generic "consider pre-processing" warning on every call.
+    # Calibration also prints its progress ("Collecting tensor data ...") to stdout.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        root.setLevel(level)
 
 
 class Quantizer:
+    """fp32 ONNX → int8 ONNX. `calibration`: input feeds (static quantization only)."""
+
     name: ClassVar[str]
 
-    def quantize(self, src: Path, dst: Path) -> None:
+    def __init__(
+        self,
+        preset: str = "auto",
+        per_channel: bool | None = None,
+        reduce_range: bool | None = None,
+        exclude_nodes: Sequence[str] = (),
+        flags: set[str] | None = None,
+        calibration_method: str = "minmax",
+    ) -> None:
+        self.preset = resolve_preset(preset, flags)
+        self.per_channel = self.preset.per_channel if per_channel is None else per_channel
+        self.reduce_range = self.preset.reduce_range if reduce_range is None else reduce_range
+        self.exclude_nodes = list(exclude_nodes)
+        if calibration_method not in CALIBRATION:
+            raise ValueError(
+                f"unknown calibration {calibration_method!r}; valid: {', '.join(CALIBRATION)}"
+            )
+        self.calibration_method = calibration_method
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "mode": self.name,
+            "preset": self.preset.name,
+            "why": self.preset.why,
+            "weight_type": self.preset.weight_type,
+            "per_channel": self.per_channel,
+            "reduce_range": self.reduce_range,
+            "excluded_nodes": self.exclude_nodes,
+        }
+
+    def quantize(
+        self, src: Path, dst: Path, calibration: list[dict[str, np.ndarray]] | None = None
+    ) -> None:
         raise NotImplementedError
 
 
-class DynamicInt8Quantizer(Quantizer):
-    """Dynamic int8 for any x86-64 or arm64 CPU (weights int8 ahead of time,
-    activations quantized per batch at run time).
+def unshare_lstm_weights(src: Path, dst: Path) -> Path:
+    """Give every LSTM node its own copy of weights it shares with another (a siamese
+    encoder runs one LSTM twice). onnxruntime's LSTM quantizer rewrites a weight in
+    place for its first node, which breaks the second; MatMul and Gather sharing is
+    handled fine and stays shared (the embedding table is not duplicated)."""
+    import onnx
 
-    Why these types: int8 weights (QInt8, symmetric) with uint8 activations is the
-    pairing onnxruntime's MatMulInteger/DynamicQuantizeLSTM kernels are fastest on
-    for both AVX2 (u8×s8 via vpmaddubsw) and ARM64 (sdot/udot). Per-tensor scales:
-    per-channel buys little for LSTM/MLP weights and is not supported by
-    DynamicQuantizeLSTM. The embedding table becomes an 8-bit Gather (onnxruntime
-    stores it as uint8 with a zero point), cutting the largest tensor 4×.
+    model = onnx.load(str(src))
+    inits = {i.name: i for i in model.graph.initializer}
+    # The TorchScript exporter hands the second use of a weight through Identity nodes.
+    identity = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Identity"}
+    seen: set[str] = set()
+    changed = False
+    for n, node in enumerate(model.graph.node):
+        if node.op_type != "LSTM":
+            continue
+        for k, name in enumerate(node.input):
+            while name in identity:
+                name = identity[name]
+            if name not in inits:
+                continue
+            if name in seen:
+                copy = onnx.TensorProto()
+                copy.CopyFrom(inits[name])
+                copy.name = f"{name}.copy{n}"
+                model.graph.initializer.append(copy)
+                node.input[k] = copy.name
+                changed = True
+            seen.add(name)
+    if not changed:
+        return src
+    onnx.save(model, str(dst))
+    return dst
+
+
+class DynamicInt8Quantizer(Quantizer):
+    """Dynamic int8: weights per the preset, activations u8 per batch at run time.
+
+    The embedding table becomes an 8-bit Gather, cutting the largest tensor 4×.
     """
 
     name = "dynamic"
-    op_types: ClassVar[list[str]] = ["LSTM", "MatMul", "Gemm", "Gather", "Attention"]
 
-    def quantize(self, src: Path, dst: Path) -> None:
+    def quantize(
+        self, src: Path, dst: Path, calibration: list[dict[str, np.ndarray]] | None = None
+    ) -> None:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        # onnxruntime logs a generic "consider pre-processing" warning on every call;
-        # shape inference changes nothing for these graphs.
-        root = logging.getLogger()
-        level = root.level
-        root.setLevel(logging.ERROR)
-        try:
+        with tempfile.TemporaryDirectory() as tmp, quiet_quantizer():
             quantize_dynamic(
-                str(src),
+                str(unshare_lstm_weights(src, Path(tmp) / "unshared.onnx")),
                 str(dst),
-                weight_type=QuantType.QInt8,
-                op_types_to_quantize=self.op_types,
-                per_channel=False,
-                reduce_range=False,
+                weight_type=QuantType[self.preset.weight_type],
+                op_types_to_quantize=OP_TYPES,
+                per_channel=self.per_channel,
+                reduce_range=self.reduce_range,
+                nodes_to_exclude=self.exclude_nodes,
             )
-        finally:
-            root.setLevel(level)
+
+
+class StaticInt8Quantizer(Quantizer):
+    """Static int8 in QDQ format, activation ranges calibrated on `calibration` feeds."""
+
+    name = "static"
+    note = "static int8 leaves LSTM layers in fp32 (onnxruntime has no static LSTM kernel)"
+
+    def quantize(
+        self, src: Path, dst: Path, calibration: list[dict[str, np.ndarray]] | None = None
+    ) -> None:
+        from onnxruntime.quantization import (
+            CalibrationDataReader,
+            CalibrationMethod,
+            QuantFormat,
+            QuantType,
+            quantize_static,
+        )
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        if not calibration:
+            raise ValueError("static int8 needs calibration inputs (training rows)")
+
+        class Reader(CalibrationDataReader):  # type: ignore[misc]
+            def __init__(self, feeds: list[dict[str, np.ndarray]]) -> None:
+                self.feeds = iter(feeds)
+
+            def get_next(self) -> dict[str, np.ndarray] | None:
+                return next(self.feeds, None)
+
+        method = {
+            "minmax": CalibrationMethod.MinMax,
+            "entropy": CalibrationMethod.Entropy,
+            "percentile": CalibrationMethod.Percentile,
+        }[self.calibration_method]
+        with tempfile.TemporaryDirectory() as tmp, quiet_quantizer():
+            prepped = Path(tmp) / "prepped.onnx"
+            quant_pre_process(str(src), str(prepped), skip_symbolic_shape=True)
+            quantize_static(
+                str(prepped),
+                str(dst),
+                Reader(calibration),
+                quant_format=QuantFormat.QDQ,
+                op_types_to_quantize=[op for op in OP_TYPES if op != "LSTM"],
+                per_channel=self.per_channel,
+                reduce_range=self.reduce_range,
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType[self.preset.weight_type],
+                nodes_to_exclude=self.exclude_nodes,
+                calibrate_method=method,
+                # Calibration data and the augmented model go to tmp, not the cwd.
+                calibration_cache_path=None,
+                extra_options={"CalibTensorRangeSymmetric": False},
+            )

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import random
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ from edgekd.config import DataConfig, DistillConfig, ExportConfig, load_yaml, sa
 from edgekd.data import load_task
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, read_json, tree_bytes, write_json
+from edgekd.progress import console
 from edgekd.registry import EXPORTERS, QUANTIZERS
 from edgekd.students import STUDENT_FILE
 
@@ -51,20 +55,27 @@ def run_export(
         t = time.perf_counter()
         max_diff = exporter.export(model, tmp / FP32, check)
         report["models"]["fp32"] = {"max_abs_diff": max_diff}
-        if cfg.int8:
-            QUANTIZERS.get(cfg.quantizer)().quantize(tmp / FP32, tmp / INT8)
-            report["models"]["int8"] = {"quantizer": cfg.quantizer}
-        report["seconds_export"] = round(time.perf_counter() - t, 2)
         tok.save(tmp)
         shutil.copy(student_dir / STUDENT_FILE, tmp / STUDENT_FILE)
-
         ref = score(reference, task.dev.texts, task.dev.labels)
         report["student_accuracy"] = ref["accuracy"]
-        for name, entry in report["models"].items():
-            path = tmp / (FP32 if name == "fp32" else INT8)
-            result = score(
+
+        def dev_score(path: Path) -> dict[str, Any]:
+            return score(
                 OnnxPredictor(path), task.dev.texts, task.dev.labels, reference=ref["predictions"]
             )
+
+        if cfg.int8:
+            int8 = make_int8(tmp, cfg, tok, task, lambda p: dev_score(p)["accuracy"])
+            if int8 is not None:
+                report["models"]["int8"] = int8
+            else:
+                report["int8_refused"] = True
+        report["seconds_export"] = round(time.perf_counter() - t, 2)
+
+        for name, entry in report["models"].items():
+            path = tmp / (FP32 if name == "fp32" else INT8)
+            result = dev_score(path)
             entry.update(
                 {
                     "path": path.name,
@@ -81,3 +92,103 @@ def run_export(
         save_config(cfg, tmp / "config.yaml")
         write_json(tmp / "export.json", report)
     return report
+
+
+def calibration_feeds(tok: Any, texts: list[Any], n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """`n` seeded training rows as feeds of 16 rows each, for static calibration."""
+    rng = random.Random(seed)
+    rows = rng.sample(texts, min(n, len(texts)))
+    return [tok(rows[i : i + 16]) for i in range(0, len(rows), 16)]
+
+
+def typical_feed(tok: Any, texts: list[Any]) -> dict[str, Any]:
+    """One dev text of median length at batch 1: the input the guard times."""
+    ids = tok.ids(texts)
+    order = sorted(range(len(ids)), key=lambda i: tok.length(ids[i]))
+    return dict(tok.pad([ids[order[len(order) // 2]]]))
+
+
+def make_int8(
+    folder: Path, cfg: ExportConfig, tok: Any, task: Any, accuracy: Callable[[Path], float]
+) -> dict[str, Any] | None:
+    """Quantize `folder/model.onnx` to `folder/model.int8.onnx` as `cfg` asks: the
+    configured quantizer, accuracy repair past `max_int8_drop`, then the speed guard.
+    Return the int8 entry of the report, or None when the guard refuses int8."""
+    from edgekd.exporters.guard import pick_fastest_int8
+    from edgekd.exporters.quantize import OP_TYPES, PRESETS
+    from edgekd.exporters.repair import quantizable_nodes, repair
+
+    fp32, int8 = folder / FP32, folder / INT8
+    calibration = calibration_feeds(tok, task.train.texts, cfg.calibration_samples)
+
+    def quantizer(mode: str, preset: str, exclude: list[str]) -> Any:
+        return QUANTIZERS.get(mode)(
+            preset=preset,
+            per_channel=cfg.per_channel,
+            reduce_range=cfg.reduce_range,
+            exclude_nodes=exclude,
+            calibration_method=cfg.calibration,
+        )
+
+    assert cfg.int8 is not None
+    chosen = quantizer(cfg.int8, cfg.preset, [])
+    preset = chosen.preset.name
+    entry: dict[str, Any] = {"quantizer": chosen.describe()}
+    if cfg.int8 == "static" and "LSTM" in _op_types(fp32):
+        entry["note"] = chosen.note
+        console.print(f"note: {chosen.note}; dynamic int8 quantizes it")
+    excluded: list[str] = []
+    if cfg.max_int8_drop is not None:
+        fix = repair(
+            fp32,
+            int8,
+            lambda src, dst, ex: quantizer(cfg.int8 or "dynamic", preset, ex).quantize(
+                src, dst, calibration
+            ),
+            accuracy,
+            cfg.max_int8_drop,
+            quantizable_nodes(fp32, OP_TYPES),
+        )
+        excluded = fix["kept_fp32"]
+        entry["repair"] = {k: v for k, v in fix.items() if k != "trials"}
+        if excluded:
+            console.print(f"accuracy repair: kept {', '.join(excluded)} in fp32")
+    else:
+        chosen.quantize(fp32, int8, calibration)
+    if not cfg.guard:
+        return entry
+    feed = typical_feed(tok, task.dev.texts)
+    configured = f"{cfg.int8}/{preset}"
+    decision = pick_fastest_int8(fp32, {configured: int8}, feed)
+    if decision["chosen"] is None:
+        # The configured int8 lost to fp32 here: try every other preset and format.
+        alternatives = {}
+        for mode in ("dynamic", "static"):
+            for name in PRESETS:
+                if f"{mode}/{name}" != configured:
+                    path = folder / f".{mode}-{name}.onnx"
+                    quantizer(mode, name, excluded).quantize(fp32, path, calibration)
+                    alternatives[f"{mode}/{name}"] = path
+        decision = pick_fastest_int8(fp32, {configured: int8, **alternatives}, feed)
+        if decision["chosen"] not in (None, configured):
+            os.replace(alternatives[decision["chosen"]], int8)
+            mode, name = decision["chosen"].split("/")
+            entry["quantizer"] = quantizer(mode, name, excluded).describe()
+        for path in alternatives.values():
+            path.unlink(missing_ok=True)
+    entry["guard"] = decision
+    if decision["chosen"] is None:
+        int8.unlink()
+        console.print(f"int8 refused: {decision['reason']}")
+        return None
+    console.print(
+        f"int8 guard: {decision['chosen']} is {decision['speedup_vs_fp32']:.2f}× faster "
+        "than fp32 here"
+    )
+    return entry
+
+
+def _op_types(path: Path) -> set[str]:
+    import onnx
+
+    return {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node}

@@ -84,7 +84,15 @@ def test_cli_chain_teacher_distill_export_profile_check(tmp_path: Path, tiny_dat
     metrics = json.loads((tmp_path / "student" / "metrics.json").read_text())
     assert metrics["n_augmented"] > 0
 
-    r = invoke("export", tmp_path / "student", "--out", tmp_path / "export", "--int8")
+    r = invoke(
+        "export",
+        tmp_path / "student",
+        "--out",
+        tmp_path / "export",
+        "--int8",
+        "dynamic",
+        "--no-guard",
+    )
     assert r.exit_code == 0, r.output
     report = json.loads((tmp_path / "export" / "export.json").read_text())
     assert set(report["models"]) == {"fp32", "int8"}
@@ -165,7 +173,15 @@ def test_cli_bert_student_with_mixup_and_pkd_exports_and_teaches_a_bilstm(
     assert resolved["intermediate_options"] == {"layer_map": "top", "weight": 10}
     assert resolved["student_options"]["layers"] == 1
 
-    r = invoke("export", tmp_path / "bert", "--out", tmp_path / "bert-onnx", "--int8")
+    r = invoke(
+        "export",
+        tmp_path / "bert",
+        "--out",
+        tmp_path / "bert-onnx",
+        "--int8",
+        "dynamic",
+        "--no-guard",
+    )
     assert r.exit_code == 0, r.output
     report = json.loads((tmp_path / "bert-onnx" / "export.json").read_text())
     assert report["models"]["fp32"]["agreement"] == 1.0
@@ -203,7 +219,9 @@ def test_cli_sentence_pairs_distill_export_and_eval(
     metrics = json.loads((tmp_path / "s" / "metrics.json").read_text())
     assert metrics["n_augmented"] > 0 and metrics["n_dev"] == 40
 
-    r = invoke("export", tmp_path / "s", "--out", tmp_path / "onnx", "--int8")
+    r = invoke(
+        "export", tmp_path / "s", "--out", tmp_path / "onnx", "--int8", "dynamic", "--no-guard"
+    )
     assert r.exit_code == 0, r.output
     report = json.loads((tmp_path / "onnx" / "export.json").read_text())
     assert report["models"]["fp32"]["agreement"] == 1.0

@@ -31,10 +31,12 @@ def test_quickstart_runs_every_stage_and_exits_with_the_budget_verdict(tmp_path,
         catch_exceptions=False,
     )
     summary = json.loads((out / "quickstart.json").read_text())
+    # int8 appears when the guard found it faster than fp32 on this CPU.
+    shipped = json.loads((out / "export" / "export.json").read_text())["models"]
     assert [row["model"] for row in summary["rows"]] == [
         "teacher fp32",
         "student fp32",
-        "student int8",
+        *(["student int8"] if "int8" in shipped else []),
     ]
     assert all(row["bytes"] > 0 and row["p50_ms"] > 0 for row in summary["rows"])
     assert r.exit_code == (0 if all(b["passed"] for b in summary["budget"]) else 1)

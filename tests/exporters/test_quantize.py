@@ -1,0 +1,138 @@
+"""int8 presets, static QDQ calibration, the int8-beats-fp32 guard, accuracy repair."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from edgekd.exporters.guard import pick_fastest_int8
+from edgekd.exporters.quantize import (
+    DynamicInt8Quantizer,
+    StaticInt8Quantizer,
+    detect_preset,
+    resolve_preset,
+)
+from edgekd.exporters.repair import quantizable_nodes, repair
+
+
+def mlp(path: Path, w1: np.ndarray, w2: np.ndarray) -> Path:
+    """x (batch × 4) → MatMul w1 → Relu → MatMul w2 → logits; IR 10 for onnxruntime."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", w1.shape[0]])
+    y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", w2.shape[1]])
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="first"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["logits"], name="second"),
+    ]
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")]
+    graph = helper.make_graph(nodes, "mlp", [x], [y], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    onnx.save(model, str(path))
+    return path
+
+
+def run(path: Path, x: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[
+        0
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "machine", "preset"),
+    [
+        ({"avx2", "avx512f", "avx512_vnni"}, "x86_64", "avx512_vnni"),
+        ({"avx2", "avx_vnni"}, "x86_64", "avx512_vnni"),
+        ({"avx2", "fma"}, "x86_64", "avx2"),
+        ({"sse4_2"}, "x86_64", "avx2"),
+        ({"fp", "asimd", "asimddp"}, "aarch64", "arm64"),
+    ],
+)
+def test_auto_preset_follows_cpu_flags(flags, machine, preset):
+    assert detect_preset(flags, machine)[0] == preset
+    assert resolve_preset("auto", flags, machine).name == preset
+
+
+def test_presets_pick_weight_types_for_their_cpu():
+    assert resolve_preset("avx2").weight_type == "QUInt8"  # no VNNI: avoid int16 saturation
+    assert resolve_preset("avx512_vnni").weight_type == "QInt8"
+    assert resolve_preset("arm64").weight_type == "QInt8"
+    with pytest.raises(ValueError, match="valid: avx2, avx512_vnni, arm64, auto"):
+        resolve_preset("x86")
+
+
+def test_static_int8_calibrates_scales_into_qdq_nodes(tmp_path):
+    rng = np.random.default_rng(0)
+    src = mlp(tmp_path / "m.onnx", rng.normal(size=(4, 8)).astype(np.float32),
+              rng.normal(size=(8, 2)).astype(np.float32))  # fmt: skip
+    feeds = [{"x": rng.normal(size=(16, 4)).astype(np.float32)} for _ in range(4)]
+    StaticInt8Quantizer(preset="avx512_vnni").quantize(src, tmp_path / "q.onnx", feeds)
+    model = onnx.load(str(tmp_path / "q.onnx"))
+    ops = Counter(n.op_type for n in model.graph.node)
+    # Both MatMuls get QDQ pairs on their activations and weights.
+    assert ops["QuantizeLinear"] >= 2 and ops["DequantizeLinear"] >= 4
+    scales = [i for i in model.graph.initializer if i.name.endswith("_scale")]
+    assert scales and all(numpy_helper.to_array(s).min() > 0 for s in scales)
+    x = feeds[0]["x"]
+    np.testing.assert_allclose(run(tmp_path / "q.onnx", x), run(src, x), atol=0.3)
+    # Calibrating on inputs 100× larger changes the activation scales: the data matters.
+    wide = [{"x": f["x"] * 100} for f in feeds]
+    StaticInt8Quantizer(preset="avx512_vnni").quantize(src, tmp_path / "w.onnx", wide)
+    wide_scales = {
+        i.name: numpy_helper.to_array(i)
+        for i in onnx.load(str(tmp_path / "w.onnx")).graph.initializer
+    }
+    assert any(not np.allclose(numpy_helper.to_array(s), wide_scales[s.name]) for s in scales)
+    with pytest.raises(ValueError, match="needs calibration inputs"):
+        StaticInt8Quantizer().quantize(src, tmp_path / "n.onnx", None)
+
+
+def test_guard_keeps_fp32_when_int8_is_slower(tmp_path):
+    def timer(paths, feed):  # int8 made slower on purpose: no real clock in a test
+        return {name: (2.0 if name == "fp32" else 3.0) for name in paths}
+
+    decision = pick_fastest_int8(tmp_path / "f", {"dynamic/avx2": tmp_path / "q"}, {}, timer)
+    assert decision["chosen"] is None and "shipping fp32" in decision["reason"]
+
+
+def test_guard_picks_the_fastest_int8_that_beats_fp32(tmp_path):
+    speeds = {"fp32": 2.0, "dynamic/avx2": 2.5, "static/arm64": 1.0, "dynamic/arm64": 1.5}
+    paths = {name: tmp_path / name for name in speeds if name != "fp32"}
+    decision = pick_fastest_int8(tmp_path / "f", paths, {}, lambda p, f: {n: speeds[n] for n in p})
+    assert decision["chosen"] == "static/arm64" and decision["speedup_vs_fp32"] == 2.0
+
+
+def test_accuracy_repair_keeps_the_sensitive_node_in_fp32(tmp_path):
+    rng = np.random.default_rng(0)
+    # `first` is built to be sensitive: one huge weight sets its per-tensor scale
+    # (1000/127 ≈ 7.9), so every other weight (|w| ≤ 0.5) rounds to zero in int8.
+    # It multiplies a constant input of 1 into a unit Relu always zeroes, so `second`
+    # sees no outlier activation and stays benign.
+    w1 = rng.uniform(-0.5, 0.5, size=(4, 256)).astype(np.float32)
+    w1[3, 0] = -1000.0
+    w2 = rng.normal(size=(256, 3)).astype(np.float32) / 16
+    src = mlp(tmp_path / "m.onnx", w1, w2)
+    x = rng.normal(size=(400, 4)).astype(np.float32)
+    x[:, 3] = 1.0
+    gold = run(src, x).argmax(1)
+
+    def accuracy(path: Path) -> float:
+        return float((run(path, x).argmax(1) == gold).mean())
+
+    def quantize(s: Path, d: Path, exclude: list[str]) -> None:
+        DynamicInt8Quantizer("avx512_vnni", per_channel=False, exclude_nodes=exclude).quantize(s, d)
+
+    nodes = quantizable_nodes(src, ["MatMul"])
+    assert nodes == ["first", "second"]
+    report = repair(src, tmp_path / "q.onnx", quantize, accuracy, 0.02, nodes)
+    assert report["drop_before"] > 0.2
+    assert report["kept_fp32"] == ["first"]
+    assert report["drop_after"] <= 0.02 and report["within_budget"]
+    assert report["bytes_cost"] > 2 * 4 * 256  # w1 keeps 4 bytes per weight, not 1
+    assert accuracy(tmp_path / "q.onnx") >= 0.98

@@ -1,0 +1,67 @@
+"""`run_export`: int8 modes, the guard's verdict and accuracy repair, end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgekd.config import DataConfig, DistillConfig, ExportConfig
+from edgekd.distill.trainer import run_distill
+from edgekd.exporters.run import INT8, run_export
+
+
+@pytest.fixture(scope="module")
+def student(tiny_teacher, tiny_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("student") / "s"
+    options = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
+    cfg = DistillConfig(
+        teacher=str(tiny_teacher),
+        data=DataConfig(spec=str(tiny_data)),
+        epochs=1,
+        student_options=options,
+    )
+    run_distill(cfg, out)
+    return out
+
+
+def test_static_int8_on_a_bilstm_says_the_lstm_stays_fp32(student, tmp_path):
+    report = run_export(student, tmp_path / "e", ExportConfig(int8="static", guard=False))
+    int8 = report["models"]["int8"]
+    assert int8["quantizer"]["mode"] == "static" and "LSTM layers in fp32" in int8["note"]
+    assert (tmp_path / "e" / INT8).is_file() and 0 <= report["int8_drop"] <= 1
+
+
+def test_guard_refuses_int8_that_is_slower_and_ships_fp32(student, tmp_path, monkeypatch):
+    import edgekd.exporters.guard as guard
+
+    def slow_int8(paths, feed):
+        return {name: 1.0 if name == "fp32" else 5.0 for name in paths}
+
+    monkeypatch.setattr(guard, "side_by_side", slow_int8)
+    report = run_export(student, tmp_path / "e", ExportConfig(preset="avx2"))
+    assert report["int8_refused"] and set(report["models"]) == {"fp32"}
+    assert not (tmp_path / "e" / INT8).exists()
+    saved = json.loads((tmp_path / "e" / "export.json").read_text())
+    assert saved["int8_refused"] is True
+
+
+def test_guard_swaps_in_a_faster_preset(student, tmp_path, monkeypatch):
+    import edgekd.exporters.guard as guard
+
+    def arm_wins(paths, feed):
+        return {name: 0.5 if name == "dynamic/arm64" else 2.0 for name in paths}
+
+    monkeypatch.setattr(guard, "side_by_side", arm_wins)
+    report = run_export(student, tmp_path / "e", ExportConfig(preset="avx2"))
+    assert report["models"]["int8"]["quantizer"]["preset"] == "arm64"
+    assert report["models"]["int8"]["guard"]["chosen"] == "dynamic/arm64"
+    assert not list((tmp_path / "e").glob(".*.onnx"))  # trial models cleaned up
+
+
+def test_accuracy_repair_reports_what_stayed_fp32(student, tmp_path):
+    cfg = ExportConfig(guard=False, max_int8_drop=0.0)
+    report = run_export(student, tmp_path / "e", cfg)
+    repair = report["models"]["int8"]["repair"]
+    assert set(repair) >= {"kept_fp32", "drop_before", "drop_after", "within_budget"}
+    assert repair["drop_after"] <= repair["drop_before"]
