@@ -6,13 +6,14 @@ Students and methods (issue 3): BiLSTM no-KD (CE on gold labels), KD (logit MSE,
 Tang et al.), KD + tang augmentation, KD + mixup (MixKD), annealing KD, and TAKD
 (teacher → 3-layer BERT assistant → BiLSTM); a 3-layer BERT (first 3 teacher
 layers) with logit KD, PKD, TinyBERT and ALP-KD; KD vs MixKD for the BiLSTM at 1%
-and 10% of the training set. Every run sees the same dev set (all 872 rows) and,
+and 10% of the training set (the BiLSTM rows are the 10% setting). Every run sees
+the same dev set (all 872 rows) and,
 within a section, the same training subsample (data seed 0); seeds change the
 student's initialisation, shuffling and mixup draws.
 
 The whole sweep is sized for under 2 hours on 2 CPU cores by subsampling (the
-sizes are in the JSON and the table): BiLSTM runs train on 10,000 of the 67,349
-training rows, plus 20,000 augmented rows for KD+tang; BERT runs on 2,000 rows.
+sizes are in the JSON and the table): BiLSTM runs train on 6,734 of the 67,349
+training rows (10%), plus 13,468 augmented rows for KD+tang; BERT runs on 2,000.
 Finished runs are kept in runs/bench-methods and skipped on a rerun.
 
 Writes benchmarks/results/methods_sst2.json and methods_sst2.md.
@@ -31,8 +32,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "runs" / "bench-methods"
 
-BILSTM_ROWS, AUG_ROWS, BERT_ROWS = 10_000, 20_000, 2_000
 SST2_TRAIN = 67_349
+# BiLSTM runs train on 10% of SST-2, which is also MixKD's "10%" setting; the tang
+# transfer set adds twice that many teacher-labelled variants.
+BILSTM_ROWS, AUG_ROWS, BERT_ROWS = SST2_TRAIN // 10, 2 * (SST2_TRAIN // 10), 2_000
 BILSTM = {"student": "bilstm", "epochs": 8, "patience": 3}
 BERT3 = {"student": "bert", "student_options": {"layers": 3}, "epochs": 3, "batch_size": 32}
 
@@ -60,8 +63,6 @@ METHODS: dict[str, tuple[str, int, dict[str, Any]]] = {
     "bilstm/TAKD (bert3 assistant)": ("bilstm", BILSTM_ROWS, {**BILSTM, "teacher": "bert3/KD"}),
     "1%/KD": ("low-data", SST2_TRAIN // 100, BILSTM),
     "1%/MixKD": ("low-data", SST2_TRAIN // 100, {**BILSTM, "augment": {"methods": ["mixup"]}}),
-    "10%/KD": ("low-data", SST2_TRAIN // 10, BILSTM),
-    "10%/MixKD": ("low-data", SST2_TRAIN // 10, {**BILSTM, "augment": {"methods": ["mixup"]}}),
 }
 
 # Published orderings (methods.md, last section) as (lower, higher) pairs of rows.
@@ -69,8 +70,7 @@ ORDERINGS = [
     ("No-KD < KD (Tang et al.)", "bilstm/no-KD", "bilstm/KD"),
     ("KD < KD + augmentation (Tang et al.)", "bilstm/KD", "bilstm/KD+tang"),
     ("KD < MixKD at 1% (Liang et al.)", "1%/KD", "1%/MixKD"),
-    ("KD < MixKD at 10% (Liang et al.)", "10%/KD", "10%/MixKD"),
-    ("KD < MixKD, full BiLSTM subsample", "bilstm/KD", "bilstm/KD+mixup"),
+    ("KD < MixKD at 10% (Liang et al.)", "bilstm/KD", "bilstm/KD+mixup"),
     ("KD < annealing KD (Jafari et al.)", "bilstm/KD", "bilstm/annealing"),
     ("KD < TAKD (Mirzadeh et al.)", "bilstm/KD", "bilstm/TAKD (bert3 assistant)"),
     ("TAKD ≲ annealing KD (Jafari et al.)", "bilstm/TAKD (bert3 assistant)", "bilstm/annealing"),

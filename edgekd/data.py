@@ -72,6 +72,25 @@ def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
+def bucketed_batches(
+    lengths: list[int], batch_size: int, rng: random.Random, pool: int = 50
+) -> list[list[int]]:
+    """Shuffled training batches of similar lengths (bucketing).
+
+    Shuffle, cut into pools of `pool` batches, sort each pool by length, batch it,
+    shuffle the batch order: every epoch sees new batches, while padding (and the
+    online teacher's work on it) shrinks to a few percent.
+    """
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    batches = []
+    for start in range(0, len(order), batch_size * pool):
+        chunk = sorted(order[start : start + batch_size * pool], key=lengths.__getitem__)
+        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
 # ---------------------------------------------------------------- raw rows
 
 

@@ -167,3 +167,18 @@ def test_load_task_reads_pairs_from_jsonl_and_rejects_an_empty_side(tmp_path: Pa
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(EdgeKDError, match="row 4 has an empty text"):
         load(tmp_path / "d.jsonl", text_column="premise", text_pair_column="hypothesis")
+
+
+def test_bucketed_batches_cover_every_row_once_with_little_padding():
+    import random
+
+    from edgekd.data import bucketed_batches
+
+    rng = random.Random(0)
+    lengths = [rng.randint(1, 60) for _ in range(1000)]
+    batches = bucketed_batches(lengths, 10, random.Random(1), pool=20)
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    assert padded < 1.1 * sum(lengths)  # random batches of 10 would pad ~1.6×
+    assert batches == bucketed_batches(lengths, 10, random.Random(1), pool=20)
+    assert batches != bucketed_batches(lengths, 10, random.Random(2), pool=20)

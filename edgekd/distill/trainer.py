@@ -9,6 +9,7 @@ stopping with `patience`).
 from __future__ import annotations
 
 import copy
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 
 from edgekd.config import DistillConfig, save_config
-from edgekd.data import Split, length_sorted_batches, load_task
+from edgekd.data import Split, bucketed_batches, length_sorted_batches, load_task
 from edgekd.distill.labeling import augmented_texts, teacher_labels
 from edgekd.distill.losses import NO_LABEL
 from edgekd.errors import EdgeKDError
@@ -98,7 +99,7 @@ def train_student(
 
     Rows of `train` labelled NO_LABEL (augmented text) get the distillation term only.
     """
-    from accelerate import Accelerator, DataLoaderConfiguration
+    from accelerate import Accelerator
     from accelerate.utils import set_seed
 
     from edgekd.distill.layers import hf_features, student_features
@@ -106,9 +107,7 @@ def train_student(
     extras = extras or Extras()
     set_seed(cfg.seed)
     loss_fn = build_loss(cfg)
-    # A seedable sampler makes the shuffle order a function of the seed and epoch,
-    # identical with one process or several.
-    accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+    accelerator = Accelerator()
     train_ids = tok.ids(train.texts)
     dev_ids = tok.ids(dev.texts)
     labels = torch.tensor(train.labels)
@@ -141,12 +140,18 @@ def train_student(
             batch.update({f"t_{k}": v for k, v in t_enc.items()})
         return batch
 
+    def epoch_batches(epoch: int) -> list[list[int]]:
+        # Length-bucketed, reshuffled each epoch from (seed, epoch): less padding for
+        # the packed LSTM and the online teacher, same batches on every process.
+        lengths = [tok.length(train_ids[int(r)]) for r in slots]
+        rng = random.Random(cfg.seed * 100_003 + epoch)
+        return bucketed_batches(lengths, cfg.batch_size, rng)
+
+    # The dataset is the epoch's list of batches, refilled in place before each epoch
+    # (its length never changes); accelerate shards it across processes.
+    batches = epoch_batches(1)
     loader = torch.utils.data.DataLoader(
-        list(range(len(slots))),
-        batch_size=cfg.batch_size,
-        shuffle=True,
-        collate_fn=collate,
-        generator=torch.Generator().manual_seed(cfg.seed),
+        batches, batch_size=1, shuffle=False, collate_fn=lambda b: collate(b[0])
     )
     trainable = list(model.parameters()) + (
         list(layer_loss.parameters()) if layer_loss is not None else []
@@ -194,6 +199,8 @@ def train_student(
             if selector is not None:
                 pool = predict_logits(accelerator.unwrap_model(model), tok, train_ids[n_orig:])
                 slots[n_orig:] = n_orig + selector.select(train_logits[n_orig:], pool)
+            if epoch > 1 or selector is not None:
+                batches[:] = epoch_batches(epoch)
             model.train()
             total, count = 0.0, 0
             for batch in loader:
