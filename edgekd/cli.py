@@ -373,6 +373,56 @@ def export(
 
 @app.command()
 @user_errors
+def bundle(
+    export_dir: Path = typer.Argument(..., help="Folder from `edgekd export`."),
+    out: Path = typer.Option(..., "--out", help="Bundle folder; a .zip is written beside it."),
+    model: str = typer.Option("auto", help="auto (int8 if kept, else fp32), int8 or fp32."),
+) -> None:
+    """Package the shipping model, tokenizer, labels and a sha256 manifest."""
+    from edgekd.bundle import make_bundle
+
+    if model not in ("auto", "int8", "fp32"):
+        raise EdgeKDError(f"--model {model!r}: use auto, int8 or fp32")
+    archive = make_bundle(export_dir, out, model)
+    typer.echo(f"bundle → {out} and {archive}")
+
+
+@app.command()
+@user_errors
+def predict(
+    bundle_path: Path = typer.Argument(..., metavar="BUNDLE", help="Bundle folder or .zip."),
+    texts: list[str] | None = typer.Argument(None, help="Texts to classify."),
+    file: Path | None = typer.Option(
+        None, "--file", help="One text per line; 'first<TAB>second' is a sentence pair."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="One JSON object per line."),
+    threads: int = typer.Option(0, help="onnxruntime intra-op threads (0: all cores)."),
+) -> None:
+    """Classify texts with a bundle (onnxruntime + numpy only: no torch, no transformers)."""
+    from edgekd.bundle import Bundle
+
+    rows: list[Any] = list(texts or [])
+    if file is not None:
+        if not file.is_file():
+            raise EdgeKDError(f"--file {file} does not exist; check the path")
+        for line in file.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                first, tab, second = line.partition("\t")
+                rows.append((first, second) if tab else line)
+    if not rows:
+        raise EdgeKDError("no texts given; pass them as arguments or with --file")
+    results = Bundle(bundle_path, threads).predict(rows)
+    for text, r in zip(rows, results, strict=True):
+        if json_out:
+            typer.echo(json.dumps({"text": text, **r}, ensure_ascii=False))
+        else:
+            probs = "  ".join(f"{k} {v:.3f}" for k, v in r["probabilities"].items())
+            shown = text if isinstance(text, str) else " ⟂ ".join(text)
+            typer.echo(f"{r['label']}\t{probs}\t{shown}")
+
+
+@app.command()
+@user_errors
 def profile(
     model: Path = typer.Argument(..., help="ONNX file."),
     device: str = typer.Option("local-cpu", help="Device name or YAML spec path."),

@@ -1,0 +1,142 @@
+"""The deployable bundle: one folder (and a .zip of it) that runs with onnxruntime,
+numpy and `tokenizers` alone.
+
+    model.onnx       the model that ships (int8 when the export kept one, else fp32)
+    tokenizer.json   the student's tokenizer
+    student.json     label names, max length, special tokens
+    manifest.json    sha256 and bytes of every file, accuracy, the measured profile
+
+`Bundle` verifies every sha256 before it loads anything, then predicts labels and
+probabilities. This module must never import torch or transformers (a test checks).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgekd.errors import EdgeKDError
+from edgekd.io import atomic_dir, read_json, sha256_file, write_json
+from edgekd.students import STUDENT_FILE
+
+MANIFEST = "manifest.json"
+MODEL = "model.onnx"
+FORMAT = 1
+
+
+def make_bundle(export_dir: str | Path, out_dir: str | Path, model: str = "auto") -> Path:
+    """Build the bundle from an `edgekd export` folder; return the .zip path.
+
+    `model`: "int8", "fp32", or "auto" (int8 when the export kept one).
+    """
+    export_dir = Path(export_dir)
+    report_path = export_dir / "export.json"
+    if not report_path.is_file():
+        raise EdgeKDError(f"{export_dir} has no export.json; pass an `edgekd export --out` folder")
+    report = read_json(report_path)
+    if model == "auto":
+        model = "int8" if "int8" in report["models"] else "fp32"
+    if model not in report["models"]:
+        raise EdgeKDError(
+            f"{export_dir} has no {model} model (has: {', '.join(report['models'])}); "
+            "pick another --model"
+        )
+    entry = report["models"][model]
+    source = export_dir / entry["path"]
+    # The latest `edgekd profile --json` of this model file saved in the export folder.
+    profiles = [
+        p
+        for p in sorted(export_dir.glob("profile*.json"), key=lambda p: p.stat().st_mtime)
+        if Path(str(read_json(p).get("model", ""))).name == source.name
+    ]
+    out_dir = Path(out_dir)
+    with atomic_dir(out_dir) as tmp:
+        shutil.copy(source, tmp / MODEL)
+        for name in ("tokenizer.json", STUDENT_FILE):
+            shutil.copy(export_dir / name, tmp / name)
+        files = {
+            p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+            for p in sorted(tmp.iterdir())
+        }
+        write_json(
+            tmp / MANIFEST,
+            {
+                "format": FORMAT,
+                "model": model,
+                "files": files,
+                "bytes": sum(f["bytes"] for f in files.values()),
+                "accuracy": entry.get("accuracy"),
+                "teacher_accuracy": report.get("teacher_accuracy"),
+                "quantizer": entry.get("quantizer"),
+                "profile": read_json(profiles[-1]) if profiles else None,
+            },
+        )
+    archive = out_dir.with_suffix(".zip")
+    tmp_zip = archive.with_name(f".{archive.name}.tmp")
+    with zipfile.ZipFile(tmp_zip, "w", zipfile.ZIP_DEFLATED) as z:
+        for p in sorted(out_dir.iterdir()):
+            z.write(p, p.name)
+    tmp_zip.replace(archive)
+    return archive
+
+
+class Bundle:
+    """A verified bundle folder or .zip, ready to predict."""
+
+    def __init__(self, path: str | Path, threads: int = 0) -> None:
+        from edgekd.predict import OnnxPredictor
+
+        path = Path(path)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if path.suffix == ".zip" and path.is_file():
+            self._tmp = tempfile.TemporaryDirectory(prefix="edgekd-bundle-")
+            with zipfile.ZipFile(path) as z:
+                # Only the manifest's own flat file names are extracted: no paths.
+                names = [n for n in z.namelist() if "/" not in n and not n.startswith(".")]
+                z.extractall(self._tmp.name, members=names)
+            folder = Path(self._tmp.name)
+        elif (path / MANIFEST).is_file():
+            folder = path
+        else:
+            raise EdgeKDError(
+                f"{path} is not an edgekd bundle (no {MANIFEST}); see `edgekd bundle`"
+            )
+        self.manifest = verify(folder)
+        self.predictor = OnnxPredictor(folder / MODEL, threads=threads)
+        self.label_names = self.predictor.label_names
+
+    def predict(self, texts: list[Any]) -> list[dict[str, Any]]:
+        """Label and class probabilities per text (a pair: a (first, second) tuple)."""
+        logits = self.predictor.logits(texts)
+        z = logits - logits.max(axis=1, keepdims=True)
+        probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+        return [
+            {
+                "label": self.label_names[int(p.argmax())],
+                "probabilities": {
+                    n: round(float(v), 6) for n, v in zip(self.label_names, p, strict=True)
+                },
+            }
+            for p in probs
+        ]
+
+
+def verify(folder: Path) -> dict[str, Any]:
+    """The manifest, after checking every listed file's sha256; one-line error otherwise."""
+    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    for name, meta in manifest["files"].items():
+        path = folder / name
+        if "/" in name or not path.is_file():
+            raise EdgeKDError(f"bundle file {name} is missing; rebuild with `edgekd bundle`")
+        if sha256_file(path) != meta["sha256"]:
+            raise EdgeKDError(
+                f"bundle file {name} does not match its sha256 in {MANIFEST}; "
+                "it was changed or corrupted: rebuild with `edgekd bundle`"
+            )
+    return dict(manifest)
