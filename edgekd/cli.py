@@ -373,6 +373,39 @@ def export(
 
 @app.command()
 @user_errors
+def trim(
+    student_dir: Path = typer.Argument(..., help="BiLSTM student folder."),
+    out: Path = typer.Option(..., "--out", help="Folder for the trimmed student."),
+    min_freq: int = typer.Option(1, help="Keep tokens seen at least this often in training."),
+    keep_top: int | None = typer.Option(None, help="Keep at most this many tokens."),
+) -> None:
+    """Drop embedding rows the training set does not use (they map to [UNK])."""
+    from edgekd.data import load_task
+    from edgekd.exporters.run import student_data_config
+    from edgekd.io import write_json
+    from edgekd.predict import StudentPredictor, score
+    from edgekd.students.trim import trim_student
+    from edgekd.teacher import align_labels
+
+    data = student_data_config(student_dir)
+    if data is None:
+        raise EdgeKDError(f"{student_dir} has no config.yaml naming its data; trim a distilled one")
+    before = StudentPredictor(student_dir)
+    task = align_labels(load_task(data), before.label_names)
+    report = trim_student(student_dir, out, task.train.texts, min_freq, keep_top)
+    for name, path in (("before", student_dir), ("after", out)):
+        acc = score(StudentPredictor(path), task.dev.texts, task.dev.labels)["accuracy"]
+        report[f"dev_accuracy_{name}"] = acc
+    write_json(out / "trim.json", report)
+    typer.echo(
+        f"vocabulary {report['vocab_before']:,} → {report['vocab_after']:,} tokens, "
+        f"dev accuracy {report['dev_accuracy_before']:.4f} → {report['dev_accuracy_after']:.4f}"
+        f" → {out}"
+    )
+
+
+@app.command()
+@user_errors
 def bundle(
     export_dir: Path = typer.Argument(..., help="Folder from `edgekd export`."),
     out: Path = typer.Option(..., "--out", help="Bundle folder; a .zip is written beside it."),

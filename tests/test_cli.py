@@ -259,3 +259,18 @@ def test_cli_assistant_layers_runs_takd_in_one_command(tmp_path, tiny_data, tiny
     resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
     assert resolved["assistant"] == {"student": "bert", "student_options": {"layers": 1}}
     assert (tmp_path / "s" / "assistant" / "model.safetensors").is_file()
+
+
+def test_cli_trim_reports_vocabulary_and_accuracy_change(tmp_path, tiny_data, tiny_teacher):
+    r = invoke(
+        "distill", "--teacher", tiny_teacher, "--data", tiny_data, "--out", tmp_path / "s",
+        "--epochs", 1, "-s", "embedding_dim=16", "-s", "hidden_size=8",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    r = invoke("trim", tmp_path / "s", "--out", tmp_path / "t", "--keep-top", 10)
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "t" / "trim.json").read_text())
+    assert report["vocab_after"] <= 10 + 3 < report["vocab_before"]
+    assert {"dev_accuracy_before", "dev_accuracy_after"} <= set(report)
+    r = invoke("export", tmp_path / "t", "--out", tmp_path / "e")  # a trimmed student exports
+    assert r.exit_code == 0, r.output
