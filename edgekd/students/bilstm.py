@@ -32,6 +32,12 @@ class BiLSTMConfig(StrictModel):
         "word", description="Own word vocabulary from the transfer set, or the teacher's WordPiece."
     )
     embedding_dim: int = Field(300, ge=2, description="Tang et al.: 300.")
+    embedding_rank: int | None = Field(
+        None,
+        ge=1,
+        description="Factorised table: vocab × rank rows, then a rank → embedding_dim "
+        "projection (ALBERT-style); bytes scale with rank, not embedding_dim.",
+    )
     hidden_size: int = Field(150, ge=1, description="LSTM units per direction; Tang et al.: 150.")
     mlp_size: int = Field(400, ge=1, description="ReLU layer width; Tang et al.: 400.")
     pooling: Literal["max", "last"] = Field(
@@ -56,7 +62,11 @@ class BiLSTMStudent(Student):
 
     def __init__(self, config: BiLSTMConfig, vocab_size: int, num_labels: int) -> None:
         super().__init__(config, vocab_size, num_labels)
-        self.embedding = nn.Embedding(vocab_size, config.embedding_dim, padding_idx=0)
+        rank = config.embedding_rank
+        self.embedding = nn.Embedding(vocab_size, rank or config.embedding_dim, padding_idx=0)
+        self.embedding_proj = (
+            nn.Linear(rank, config.embedding_dim, bias=False) if rank is not None else None
+        )
         self.lstm = nn.LSTM(
             config.embedding_dim, config.hidden_size, batch_first=True, bidirectional=True
         )
@@ -93,6 +103,8 @@ class BiLSTMStudent(Student):
     ) -> torch.Tensor:
         """One text per row → its pooled BiLSTM states (batch × 2·hidden)."""
         x = self.embedding(input_ids)
+        if self.embedding_proj is not None:
+            x = self.embedding_proj(x)
         if mix is not None:  # MixKD: the mixed row is as long as the longer of the two
             from edgekd.distill.mixup import mix_embeddings
 
@@ -151,7 +163,13 @@ class BiLSTMStudent(Student):
                 same_vocab=config.vocab == "wordpiece",
             )
             with torch.no_grad():
-                init = project_rows(rows, config.embedding_dim)
+                # PCA coordinates: with a rank, the table holds the top `rank` of them and
+                # the projection starts as the identity into the first `rank` columns.
+                init = project_rows(rows, config.embedding_rank or config.embedding_dim)
                 init[0] = 0.0  # padding row
                 model.embedding.weight.copy_(init)
+                if model.embedding_proj is not None:
+                    model.embedding_proj.weight.copy_(
+                        torch.eye(config.embedding_dim, config.embedding_rank or 1)
+                    )
         return model, tok

@@ -130,3 +130,30 @@ def test_tokenizers_split_pairs_for_siamese_and_join_them_for_bert(tiny_teacher)
     got = bert(pairs)
     for key in ("input_ids", "attention_mask", "token_type_ids"):
         assert got[key].tolist() == want[key].tolist(), key
+
+
+def test_factorised_embeddings_store_rank_columns_and_project_up():
+    torch.manual_seed(0)
+    cfg = BiLSTMConfig(embedding_dim=12, embedding_rank=3, hidden_size=4, mlp_size=8, dropout=0.0)
+    model = BiLSTMStudent(cfg, 50, 2).eval()
+    assert model.embedding.weight.shape == (50, 3)
+    assert model.embedding_proj.weight.shape == (12, 3)
+    assert model.params()["params"] - model.params()["params_without_embeddings"] == 50 * 3
+    ids = torch.tensor([[5, 6, 0]])
+    with torch.no_grad():
+        assert model(ids, (ids != 0).long()).shape == (1, 2)
+
+
+def test_factorised_init_keeps_the_top_principal_coordinates(tiny_teacher):
+    from edgekd.teacher import load_teacher
+
+    teacher, t_tok = load_teacher(str(tiny_teacher))
+    texts = ["the movie was good", "bad plot", "awful actors", "a fun film"]
+    options = {"embedding_dim": 8, "embedding_rank": 2, "hidden_size": 4, "mlp_size": 8}
+    model, _ = BiLSTMStudent.prepare(options, texts, 2, teacher, t_tok)
+    full, _ = BiLSTMStudent.prepare({**options, "embedding_rank": None}, texts, 2, teacher, t_tok)
+    with torch.no_grad():
+        up = model.embedding_proj(model.embedding.weight)
+    # The factorised table starts as the full table's top-2 PCA columns, rest zero.
+    torch.testing.assert_close(up[:, :2], full.embedding.weight[:, :2], atol=1e-5, rtol=0)
+    assert float(up[:, 2:].abs().max()) == 0.0
