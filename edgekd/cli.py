@@ -329,6 +329,12 @@ def export(
     max_int8_drop: float | None = typer.Option(
         None, help="Accuracy repair: keep sensitive nodes in fp32 until int8 loses at most this."
     ),
+    mobile: bool = typer.Option(
+        False, "--mobile", help="Also write .ort (+ required operators) and a usability report."
+    ),
+    fixed_shape: str | None = typer.Option(
+        None, help="BATCHxSEQUENCE, e.g. 1x64: a fixed-shape variant for NNAPI/CoreML."
+    ),
     data: str | None = typer.Option(
         None,
         "--data",
@@ -353,6 +359,8 @@ def export(
         per_channel=per_channel,
         reduce_range=reduce_range,
         max_int8_drop=max_int8_drop,
+        mobile=mobile or None,
+        fixed_shape=fixed_shape,
     )
     data_cfg = student_data_config(student_dir) if student_dir.is_dir() else None
     if data:

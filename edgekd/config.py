@@ -174,6 +174,14 @@ class ExportConfig(StrictModel):
         None, ge=0, le=1, description="Accuracy repair: keep sensitive nodes fp32 until met."
     )
     atol: float = Field(1e-4, gt=0, description="Max |ONNX − PyTorch| on logits (fp32).")
+    mobile: bool = Field(
+        False, description="Also write the ORT-format model and a mobile usability report."
+    )
+    fixed_shape: str | None = Field(
+        None,
+        pattern=r"^\d+x\d+$",
+        description="BATCHxSEQUENCE: a fixed-shape variant (NNAPI/CoreML need one).",
+    )
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -72,6 +72,9 @@ def run_export(
             else:
                 report["int8_refused"] = True
         report["seconds_export"] = round(time.perf_counter() - t, 2)
+        if cfg.mobile or cfg.fixed_shape:
+            shipped = tmp / (INT8 if "int8" in report["models"] else FP32)
+            report["mobile"] = make_mobile(shipped, cfg, check, preset_platform(cfg))
 
         for name, entry in report["models"].items():
             path = tmp / (FP32 if name == "fp32" else INT8)
@@ -192,3 +195,66 @@ def _op_types(path: Path) -> set[str]:
     import onnx
 
     return {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node}
+
+
+def preset_platform(cfg: ExportConfig) -> str | None:
+    """The `.ort` converter's target platform for the configured preset."""
+    from edgekd.exporters.quantize import resolve_preset
+
+    return "arm" if resolve_preset(cfg.preset).name == "arm64" else "amd64"
+
+
+def make_mobile(
+    model: Path, cfg: ExportConfig, check: list[dict[str, Any]], platform: str | None
+) -> dict[str, Any]:
+    """`.ort` (+ required operators) for `model`, a fixed-shape variant on request, each
+    checked against the ONNX model it came from, and the mobile usability report."""
+    import numpy as np
+
+    from edgekd.exporters.mobile import fixed_shape, to_ort, usability
+
+    out: dict[str, Any] = {}
+    variants = [(model, None)]
+    if cfg.fixed_shape:
+        batch, seq = (int(x) for x in cfg.fixed_shape.split("x"))
+        fixed = model.with_name(f"{model.stem}.fixed.onnx")
+        variants.append((fixed_shape(model, fixed, batch, seq), (batch, seq)))
+    for onnx_path, shape in variants:
+        files = to_ort(onnx_path, model.parent, platform)
+        feeds = check if shape is None else [pad_feed(f, *shape) for f in check[:1]]
+        diff = max(
+            float(np.abs(a - b).max())
+            for a, b in zip(
+                run_model(files[".ort"], feeds), run_model(onnx_path, feeds), strict=True
+            )
+        )
+        out[onnx_path.name] = {
+            "ort": files[".ort"].name,
+            "ort_bytes": files[".ort"].stat().st_size,
+            "required_operators": files[".required_operators.config"].name,
+            "max_abs_diff_vs_onnx": diff,
+            "usability": usability(onnx_path),
+        }
+        console.print(f"mobile: {files['.ort'].name} ({diff:.1e} from its ONNX model)")
+    return out
+
+
+def pad_feed(feed: dict[str, Any], batch: int, seq: int) -> dict[str, Any]:
+    """Cut or zero-pad every input to batch × seq (the fixed-shape graph's inputs)."""
+    import numpy as np
+
+    out = {}
+    for k, v in feed.items():
+        v = v[:batch, :seq]
+        out[k] = np.pad(v, ((0, batch - v.shape[0]), (0, seq - v.shape[1])))
+    if "attention_mask" in out:  # rows added by padding still need one real token
+        out["attention_mask"][:, 0] = 1
+    return out
+
+
+def run_model(path: Path, feeds: list[dict[str, Any]]) -> list[Any]:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+    return [session.run(None, {k: v for k, v in f.items() if k in names})[0] for f in feeds]

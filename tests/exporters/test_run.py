@@ -65,3 +65,26 @@ def test_accuracy_repair_reports_what_stayed_fp32(student, tmp_path):
     repair = report["models"]["int8"]["repair"]
     assert set(repair) >= {"kept_fp32", "drop_before", "drop_after", "within_budget"}
     assert repair["drop_after"] <= repair["drop_before"]
+
+
+def test_mobile_export_writes_ort_that_matches_onnx_and_a_usability_report(student, tmp_path):
+    import numpy as np
+    import onnxruntime as ort
+
+    cfg = ExportConfig(guard=False, mobile=True, fixed_shape="1x16")
+    report = run_export(student, tmp_path / "e", cfg)
+    mobile = report["mobile"]
+    assert set(mobile) == {"model.int8.onnx", "model.int8.fixed.onnx"}
+    entry = mobile["model.int8.onnx"]
+    assert (tmp_path / "e" / entry["ort"]).is_file()
+    assert (tmp_path / "e" / entry["required_operators"]).read_text().strip()
+    assert entry["max_abs_diff_vs_onnx"] < 1e-4
+    usability = entry["usability"]
+    assert "DynamicQuantizeLSTM" in usability["lstm_fallback"]
+    assert {"nnapi", "coreml", "xnnpack"} <= set(usability)
+    fixed = mobile["model.int8.fixed.onnx"]["usability"]
+    assert fixed["fixed_input_shapes"] and not usability["fixed_input_shapes"]
+    session = ort.InferenceSession(str(tmp_path / "e" / "model.int8.fixed.ort"))
+    assert [i.shape for i in session.get_inputs()] == [[1, 16], [1, 16]]
+    feed = {"input_ids": np.ones((1, 16), np.int64), "attention_mask": np.ones((1, 16), np.int64)}
+    assert session.run(None, feed)[0].shape == (1, 2)
