@@ -25,6 +25,8 @@ class Exporter:
     def __init__(self, atol: float = 1e-4, opset: int = 17) -> None:
         self.atol = atol
         self.opset = opset
+        # A graph static int8 should start from instead of the exported one (None: that).
+        self.static_source: Path | None = None
 
     def dummy_inputs(self, model: Any) -> dict[str, np.ndarray]:
         """Inputs that exercise every dynamic axis (several rows, several lengths)."""

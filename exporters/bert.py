@@ -14,6 +14,7 @@ from edgekd.exporters.base import Exporter
 
 
 class BertExporter(Exporter):
+    fusions: dict[str, int] = {}  # noqa: RUF012 - set per export by _export
     input_names = ("input_ids", "attention_mask", "token_type_ids")
     dynamic_axes: ClassVar[dict[str, dict[int, str]]] = {
         "input_ids": {0: "batch_size", 1: "sequence_length"},
@@ -53,9 +54,44 @@ class BertExporter(Exporter):
                 dtype="fp32",
                 do_validation=False,
             )
-            shutil.move(str(Path(tmp) / "onnx" / "model.onnx"), path)
+            # Static QDQ calibrates the unfused graph (onnxruntime fuses QDQ groups when
+            # it loads the model); dynamic int8 and fp32 use the fused one.
+            self.static_source = path.with_name(f".{path.stem}.unfused.onnx")
+            shutil.copy(Path(tmp) / "onnx" / "model.onnx", self.static_source)
+            self.fusions = fuse_transformer(
+                Path(tmp) / "onnx" / "model.onnx", path, model.hf_config
+            )
 
     def check_feed(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if "token_type_ids" not in inputs:
             inputs = {**inputs, "token_type_ids": np.zeros_like(inputs["input_ids"])}
         return inputs
+
+
+def fuse_transformer(src: Path, dst: Path, config: Any) -> dict[str, int]:
+    """onnxruntime's transformer optimizer: attention, embedding+LayerNorm, skip+LayerNorm
+    and bias+GELU fusions, done before quantization so int8 sees the fused ops
+    (Attention becomes QAttention). Python fusions only (opt_level 0): the graph stays
+    portable to any onnxruntime build. validate() then checks it against PyTorch."""
+    import contextlib
+    import io
+    import logging
+
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    logger = logging.getLogger("onnxruntime.transformers")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            optimized = optimize_model(
+                str(src),
+                model_type="bert",
+                num_heads=config.num_attention_heads,
+                hidden_size=config.hidden_size,
+                opt_level=0,
+            )
+    finally:
+        logger.setLevel(level)
+    optimized.save_model_to_file(str(dst))
+    return {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}

@@ -28,6 +28,9 @@ import numpy as np
 
 OP_TYPES = ["LSTM", "MatMul", "Gemm", "Gather", "Attention"]
 CALIBRATION = ("minmax", "entropy", "percentile")
+# Fused transformer graphs (SkipLayerNormalization, Attention: com.microsoft ops) defeat
+# ONNX shape inference; their tensors are fp32, which is what this tells the quantizer.
+EXTRA_OPTIONS = {"DefaultTensorType": 1}  # onnx.TensorProto.FLOAT
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,7 @@ class DynamicInt8Quantizer(Quantizer):
                 per_channel=self.per_channel,
                 reduce_range=self.reduce_range,
                 nodes_to_exclude=self.exclude_nodes,
+                extra_options=EXTRA_OPTIONS,
             )
 
 
@@ -261,5 +265,5 @@ class StaticInt8Quantizer(Quantizer):
                 calibrate_method=method,
                 # Calibration data and the augmented model go to tmp, not the cwd.
                 calibration_cache_path=None,
-                extra_options={"CalibTensorRangeSymmetric": False},
+                extra_options={**EXTRA_OPTIONS, "CalibTensorRangeSymmetric": False},
             )

@@ -55,6 +55,8 @@ def run_export(
         t = time.perf_counter()
         max_diff = exporter.export(model, tmp / FP32, check)
         report["models"]["fp32"] = {"max_abs_diff": max_diff}
+        if getattr(exporter, "fusions", None):
+            report["models"]["fp32"]["fusions"] = exporter.fusions
         tok.save(tmp)
         shutil.copy(student_dir / STUDENT_FILE, tmp / STUDENT_FILE)
         ref = score(reference, task.dev.texts, task.dev.labels)
@@ -66,11 +68,15 @@ def run_export(
             )
 
         if cfg.int8:
-            int8 = make_int8(tmp, cfg, tok, task, lambda p: dev_score(p)["accuracy"])
+            int8 = make_int8(
+                tmp, cfg, tok, task, lambda p: dev_score(p)["accuracy"], exporter.static_source
+            )
             if int8 is not None:
                 report["models"]["int8"] = int8
             else:
                 report["int8_refused"] = True
+        if exporter.static_source is not None:
+            exporter.static_source.unlink(missing_ok=True)
         report["seconds_export"] = round(time.perf_counter() - t, 2)
         if cfg.mobile or cfg.fixed_shape:
             shipped = tmp / (INT8 if "int8" in report["models"] else FP32)
@@ -112,7 +118,12 @@ def typical_feed(tok: Any, texts: list[Any]) -> dict[str, Any]:
 
 
 def make_int8(
-    folder: Path, cfg: ExportConfig, tok: Any, task: Any, accuracy: Callable[[Path], float]
+    folder: Path,
+    cfg: ExportConfig,
+    tok: Any,
+    task: Any,
+    accuracy: Callable[[Path], float],
+    static_source: Path | None = None,
 ) -> dict[str, Any] | None:
     """Quantize `folder/model.onnx` to `folder/model.int8.onnx` as `cfg` asks: the
     configured quantizer, accuracy repair past `max_int8_drop`, then the speed guard.
@@ -123,6 +134,9 @@ def make_int8(
 
     fp32, int8 = folder / FP32, folder / INT8
     calibration = calibration_feeds(tok, task.train.texts, cfg.calibration_samples)
+
+    def source(mode: str) -> Path:
+        return static_source if mode == "static" and static_source is not None else fp32
 
     def quantizer(mode: str, preset: str, exclude: list[str]) -> Any:
         return QUANTIZERS.get(mode)(
@@ -146,18 +160,18 @@ def make_int8(
             fp32,
             int8,
             lambda src, dst, ex: quantizer(cfg.int8 or "dynamic", preset, ex).quantize(
-                src, dst, calibration
+                source(cfg.int8 or "dynamic"), dst, calibration
             ),
             accuracy,
             cfg.max_int8_drop,
-            quantizable_nodes(fp32, OP_TYPES),
+            quantizable_nodes(source(cfg.int8), OP_TYPES),
         )
         excluded = fix["kept_fp32"]
         entry["repair"] = {k: v for k, v in fix.items() if k != "trials"}
         if excluded:
             console.print(f"accuracy repair: kept {', '.join(excluded)} in fp32")
     else:
-        chosen.quantize(fp32, int8, calibration)
+        chosen.quantize(source(cfg.int8), int8, calibration)
     if not cfg.guard:
         return entry
     feed = typical_feed(tok, task.dev.texts)
@@ -170,7 +184,7 @@ def make_int8(
             for name in PRESETS:
                 if f"{mode}/{name}" != configured:
                     path = folder / f".{mode}-{name}.onnx"
-                    quantizer(mode, name, excluded).quantize(fp32, path, calibration)
+                    quantizer(mode, name, excluded).quantize(source(mode), path, calibration)
                     alternatives[f"{mode}/{name}"] = path
         decision = pick_fastest_int8(fp32, {configured: int8, **alternatives}, feed)
         if decision["chosen"] not in (None, configured):

@@ -16,8 +16,39 @@ def test_bert_export_validates_against_pytorch_on_padded_rows(tiny_teacher: Path
     model, tok = BertStudent.prepare({"layers": 1}, ["x"], 2, *load_teacher(str(tiny_teacher)))
     model.eval()
     real = tok(["the movie was good", "bad", "the actors were really very dull and boring"])
-    diff = BertExporter(atol=1e-5).export(model, tmp_path / "m.onnx", [real])
+    exporter = BertExporter(atol=1e-5)
+    diff = exporter.export(model, tmp_path / "m.onnx", [real])
     assert diff <= 1e-5
     graph = onnx.load(str(tmp_path / "m.onnx")).graph
     assert [i.name for i in graph.input] == ["input_ids", "attention_mask", "token_type_ids"]
-    assert {n.op_type for n in graph.node} >= {"MatMul", "Softmax"}
+    # onnxruntime's transformer fusions ran before validation: one fused op per kind.
+    ops = {n.op_type for n in graph.node}
+    assert {"Attention", "SkipLayerNormalization", "EmbedLayerNormalization"} <= ops
+    assert "Softmax" not in ops
+    assert exporter.fusions["Attention"] == 1
+
+
+def test_bert_static_int8_quantizes_the_unfused_graph_with_qdq(tiny_teacher, tiny_data, tmp_path):
+    from collections import Counter
+
+    from edgekd.config import DataConfig, ExportConfig
+    from edgekd.exporters.run import run_export
+    from edgekd.students.base import save_student
+    from edgekd.teacher import load_teacher
+
+    model, tok = BertStudent.prepare({"layers": 1}, ["x"], 2, *load_teacher(str(tiny_teacher)))
+    (tmp_path / "s").mkdir()
+    save_student(tmp_path / "s", model.eval(), tok, ["negative", "positive"])
+    data = DataConfig(spec=str(tiny_data))
+    for mode in ("static", "dynamic"):
+        cfg = ExportConfig(int8=mode, guard=False)
+        report = run_export(tmp_path / "s", tmp_path / mode, cfg, data)
+        ops = Counter(
+            n.op_type for n in onnx.load(str(tmp_path / mode / "model.int8.onnx")).graph.node
+        )
+        assert report["models"]["fp32"]["fusions"]["Attention"] == 1
+        if mode == "static":
+            assert ops["QuantizeLinear"] >= 4 and ops["DequantizeLinear"] >= 8
+        else:
+            assert ops["QAttention"] == 1  # fused attention, quantized
+        assert not list((tmp_path / mode).glob(".*"))  # the unfused copy is gone
