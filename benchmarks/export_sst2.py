@@ -1,0 +1,257 @@
+"""Export and quantization variants side by side: fp32, dynamic and static int8 per CPU
+preset, small-embedding BiLSTMs, and optimum's ORTQuantizer on the same BERT student.
+
+    python benchmarks/export_sst2.py [--shared ../shared] [--bilstm DIR] [--bert DIR]
+        [--size-variants] [--rounds 5] [--runs 100]
+
+Students: the SST-2 BiLSTM (word vocabulary, full training set; default
+runs/bench-chain/student-word, distilled if missing) and a 3-layer BERT student
+(default: runs/bench-methods/bert3_KD-s0 from methods_sst2.py, distilled if
+missing). With --size-variants it also distils a BiLSTM with 64-d embeddings
+and one with a rank-32 factorised table, and trims the word student's
+vocabulary to words seen twice; each is reported against the untrimmed student.
+
+Every model of one student is timed in the same process, alternating, at batch 1
+on an input of the median dev length, with 1 and 2 threads; the table shows the
+median over rounds of each round's p50 and p90. Accuracy is on all 872 dev rows.
+
+Writes benchmarks/results/export_sst2.json and export_sst2.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+WORK = REPO / "runs" / "bench-export"
+PRESETS = ("avx2", "avx512_vnni", "arm64")
+
+
+def timings(paths: dict[str, Path], feed: dict, threads: int, rounds: int, runs: int) -> dict:
+    """p50 and p90 (ms) per model: median over rounds, models alternating each round."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    sessions = {n: ort.InferenceSession(str(p), options) for n, p in paths.items()}
+    feeds = {
+        n: {i.name: feed[i.name] for i in s.get_inputs() if i.name in feed}
+        for n, s in sessions.items()
+    }
+    for n, s in sessions.items():
+        for _ in range(10):
+            s.run(None, feeds[n])
+    per: dict[str, dict[str, list[float]]] = {n: {"p50": [], "p90": []} for n in sessions}
+    for _ in range(rounds):
+        for n, s in sessions.items():
+            ms = []
+            for _ in range(runs):
+                t = time.perf_counter()
+                s.run(None, feeds[n])
+                ms.append((time.perf_counter() - t) * 1000)
+            ms.sort()
+            per[n]["p50"].append(ms[len(ms) // 2])
+            per[n]["p90"].append(ms[int(len(ms) * 0.9)])
+    return {n: {k: statistics.median(v) for k, v in d.items()} for n, d in per.items()}
+
+
+def variants(student: Path, out: Path, data: Any) -> dict[str, dict[str, Any]]:
+    """fp32 plus int8 per mode × preset, each exported and scored by run_export."""
+    from edgekd.config import ExportConfig
+    from edgekd.exporters.run import FP32, INT8, run_export
+
+    models: dict[str, dict[str, Any]] = {}
+    for mode in ("dynamic", "static"):
+        for preset in PRESETS:
+            folder = out / f"{mode}-{preset}"
+            cfg = ExportConfig(int8=mode, preset=preset, guard=False)  # type: ignore[arg-type]
+            report = run_export(student, folder, cfg, data)
+            if "fp32" not in models:
+                models["fp32"] = {"path": folder / FP32, **report["models"]["fp32"]}
+            models[f"{mode} int8 {preset}"] = {"path": folder / INT8, **report["models"]["int8"]}
+    return models
+
+
+def optimum_int8(student: Path, out: Path) -> Path:
+    """The peer: optimum's exporter, then ORTQuantizer with its avx512_vnni preset."""
+    from optimum.exporters.onnx import main_export
+    from optimum.onnxruntime import ORTQuantizer
+    from optimum.onnxruntime.configuration import AutoQuantizationConfig
+
+    main_export(str(student), out / "onnx", task="text-classification", dtype="fp32")
+    quantizer = ORTQuantizer.from_pretrained(out / "onnx", file_name="model.onnx")
+    qconfig = AutoQuantizationConfig.avx512_vnni(is_static=False, per_channel=True)
+    quantizer.quantize(save_dir=out / "int8", quantization_config=qconfig)
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copy(out / "onnx" / name, out / "int8" / name)
+    return out / "int8" / "model_quantized.onnx"
+
+
+def ensure_student(path: Path, fields: dict[str, Any], shared: Path, rows: int | None) -> Path:
+    from edgekd.config import DataConfig, DistillConfig
+    from edgekd.distill.trainer import run_distill
+
+    if not (path / "student.json").is_file():
+        cfg = DistillConfig.model_validate(
+            {
+                "teacher": str(shared / "models" / "sst2-minilm-teacher"),
+                "data": DataConfig(spec=str(shared / "data" / "sst2"), max_train=rows),
+                **fields,
+            }
+        )
+        run_distill(cfg, path)
+    return path
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shared", type=Path, default=REPO.parent / "shared")
+    p.add_argument("--bilstm", type=Path, default=REPO / "runs" / "bench-chain" / "student-word")
+    p.add_argument("--bert", type=Path, default=REPO / "runs" / "bench-methods" / "bert3_KD-s0")
+    p.add_argument("--size-variants", action="store_true")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--runs", type=int, default=100)
+    args = p.parse_args()
+
+    from edgekd.config import DataConfig
+    from edgekd.data import load_task
+    from edgekd.predict import OnnxPredictor, score
+    from edgekd.students.trim import trim_student
+    from edgekd.teacher import align_labels
+
+    start = time.perf_counter()
+    data = DataConfig(spec=str(args.shared / "data" / "sst2"))
+    task = load_task(data)
+    students = {
+        "BiLSTM (word)": ensure_student(args.bilstm, {}, args.shared, None),
+        "BERT-3": ensure_student(
+            args.bert,
+            {"student": "bert", "student_options": {"layers": 3}, "epochs": 3, "batch_size": 32},
+            args.shared,
+            2000,
+        ),
+    }
+    results: dict[str, Any] = {}
+    for label, student in students.items():
+        out = WORK / label.split()[0].lower()
+        models = variants(student, out, data)
+        if label == "BERT-3":
+            q = optimum_int8(student, out / "optimum")
+            pred = OnnxPredictor(q)
+            dev = align_labels(task, pred.label_names).dev
+            models["optimum int8 avx512_vnni"] = {
+                "path": q,
+                "bytes": q.stat().st_size,
+                "accuracy": score(pred, dev.texts, dev.labels)["accuracy"],
+            }
+        pred = OnnxPredictor(models["fp32"]["path"])
+        ids = pred.tokenizer.ids(task.dev.texts)
+        median = sorted(ids, key=pred.tokenizer.length)[len(ids) // 2]
+        feed = dict(pred.tokenizer.pad([median]))
+        feed.setdefault("token_type_ids", np.zeros_like(feed["input_ids"]))
+        paths = {name: m["path"] for name, m in models.items()}
+        timed = {t: timings(paths, feed, t, args.rounds, args.runs) for t in (1, 2)}
+        results[label] = {
+            "seq_len": int(pred.tokenizer.length(median)),
+            "models": {
+                name: {
+                    "accuracy": m["accuracy"],
+                    "bytes": m["bytes"],
+                    **{f"{k}_{t}t": timed[t][name][k] for t in (1, 2) for k in ("p50", "p90")},
+                }
+                for name, m in models.items()
+            },
+        }
+
+    sizes: dict[str, Any] = {}
+    if args.size_variants:
+        base = students["BiLSTM (word)"]
+        small = {
+            "embedding_dim 64": ensure_student(
+                WORK / "bilstm-dim64", {"student_options": {"embedding_dim": 64}}, args.shared, None
+            ),
+            "rank-32 factorised": ensure_student(
+                WORK / "bilstm-rank32",
+                {"student_options": {"embedding_rank": 32}},
+                args.shared,
+                None,
+            ),
+        }
+        trimmed = WORK / "bilstm-trim2"
+        trim_student(base, trimmed, load_task(data).train.texts, min_freq=2)
+        small["trimmed (min_freq 2)"] = trimmed
+        for name, folder in {"untrimmed": base, **small}.items():
+            ex = variants_dynamic(folder, WORK / "size" / name.replace(" ", "_"), data)
+            sizes[name] = ex
+    meta = {
+        "command": "python benchmarks/export_sst2.py"
+        + (" --size-variants" if args.size_variants else ""),
+        "cpu": platform.processor() or platform.machine(),
+        "minutes": (time.perf_counter() - start) / 60,
+    }
+    out = REPO / "benchmarks" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {"meta": meta, "students": results, "size_variants": sizes}
+    (out / "export_sst2.json").write_text(json.dumps(payload, indent=1, default=str))
+    (out / "export_sst2.md").write_text(markdown(payload))
+    print(markdown(payload))
+
+
+def variants_dynamic(student: Path, out: Path, data: Any) -> dict[str, Any]:
+    """Bytes and accuracy of a student's fp32 and dynamic int8 (auto preset) exports."""
+    from edgekd.config import ExportConfig
+    from edgekd.exporters.run import run_export
+
+    r = run_export(student, out, ExportConfig(guard=False), data)
+    return {
+        "fp32_bytes": r["models"]["fp32"]["bytes"],
+        "int8_bytes": r["models"]["int8"]["bytes"],
+        "fp32_accuracy": r["models"]["fp32"]["accuracy"],
+        "int8_accuracy": r["models"]["int8"]["accuracy"],
+    }
+
+
+def markdown(payload: dict[str, Any]) -> str:
+    lines = [f"# Export variants on SST-2 ({payload['meta']['cpu']})", ""]
+    for label, r in payload["students"].items():
+        fp = r["models"]["fp32"]
+        lines += [
+            f"## {label} (batch 1, {r['seq_len']} tokens; p50/p90 ms, median of rounds)",
+            "",
+            "| model | dev acc | bytes | p50 1t | p90 1t | p50 2t | p90 2t | vs fp32 1t |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, m in r["models"].items():
+            lines.append(
+                f"| {name} | {m['accuracy']:.4f} | {m['bytes']:,} | {m['p50_1t']:.3f} | "
+                f"{m['p90_1t']:.3f} | {m['p50_2t']:.3f} | {m['p90_2t']:.3f} | "
+                f"{fp['p50_1t'] / m['p50_1t']:.2f}× |"
+            )
+        lines.append("")
+    if payload["size_variants"]:
+        base = payload["size_variants"]["untrimmed"]
+        lines += [
+            "## Small embeddings (BiLSTM, dynamic int8, auto preset)",
+            "",
+            "| variant | int8 bytes | int8 dev acc | Δ acc vs untrimmed | fp32 bytes |",
+            "|---|---|---|---|---|",
+        ]
+        for name, v in payload["size_variants"].items():
+            lines.append(
+                f"| {name} | {v['int8_bytes']:,} | {v['int8_accuracy']:.4f} | "
+                f"{v['int8_accuracy'] - base['int8_accuracy']:+.4f} | {v['fp32_bytes']:,} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
