@@ -335,6 +335,9 @@ def export(
     fixed_shape: str | None = typer.Option(
         None, help="BATCHxSEQUENCE, e.g. 1x64: a fixed-shape variant for NNAPI/CoreML."
     ),
+    executorch: bool = typer.Option(
+        False, "--executorch", help="Also write an ExecuTorch .pte (needs executorch)."
+    ),
     data: str | None = typer.Option(
         None,
         "--data",
@@ -361,6 +364,7 @@ def export(
         max_int8_drop=max_int8_drop,
         mobile=mobile or None,
         fixed_shape=fixed_shape,
+        executorch=executorch or None,
     )
     data_cfg = student_data_config(student_dir) if student_dir.is_dir() else None
     if data:

@@ -177,6 +177,9 @@ class ExportConfig(StrictModel):
     mobile: bool = Field(
         False, description="Also write the ORT-format model and a mobile usability report."
     )
+    executorch: bool = Field(
+        False, description="Also write an ExecuTorch .pte (BiLSTM, XNNPACK partitioner)."
+    )
     fixed_shape: str | None = Field(
         None,
         pattern=r"^\d+x\d+$",

@@ -77,6 +77,8 @@ def run_export(
                 report["int8_refused"] = True
         if exporter.static_source is not None:
             exporter.static_source.unlink(missing_ok=True)
+        if cfg.executorch:
+            report["executorch"] = make_pte(model, tmp / "model.pte", check, exporter)
         report["seconds_export"] = round(time.perf_counter() - t, 2)
         if cfg.mobile or cfg.fixed_shape:
             shipped = tmp / (INT8 if "int8" in report["models"] else FP32)
@@ -272,3 +274,28 @@ def run_model(path: Path, feeds: list[dict[str, Any]]) -> list[Any]:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
     return [session.run(None, {k: v for k, v in f.items() if k in names})[0] for f in feeds]
+
+
+def make_pte(model: Any, path: Path, check: list[dict[str, Any]], exporter: Any) -> dict[str, Any]:
+    """ExecuTorch `.pte` at batch 1 × the student's max length, checked row by row
+    against the PyTorch student on the same real dev rows as the ONNX model."""
+    import numpy as np
+
+    from edgekd.exporters.executorch import export_pte, pad_to, run_pte
+
+    if model.name != "bilstm":
+        raise EdgeKDError(f"the ExecuTorch export covers the bilstm student, not {model.name!r}")
+    length = model.config.max_length
+    export_pte(model, path, length)
+    rows = [
+        {k: v[i : i + 1, : int(f["attention_mask"][i].sum())] for k, v in f.items()}
+        for f in check
+        for i in range(f["input_ids"].shape[0])
+    ]
+    got = run_pte(path, [pad_to(r, length) for r in rows])
+    want = [exporter.torch_logits(model, r) for r in rows]
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(got, want, strict=True))
+    if diff > exporter.atol:
+        raise EdgeKDError(f".pte logits differ from PyTorch by {diff:.2e} > atol {exporter.atol}")
+    console.print(f"executorch: {path.name} ({diff:.1e} from PyTorch)")
+    return {"path": path.name, "bytes": path.stat().st_size, "length": length, "max_abs_diff": diff}

@@ -88,3 +88,28 @@ def test_mobile_export_writes_ort_that_matches_onnx_and_a_usability_report(stude
     assert [i.shape for i in session.get_inputs()] == [[1, 16], [1, 16]]
     feed = {"input_ids": np.ones((1, 16), np.int64), "attention_mask": np.ones((1, 16), np.int64)}
     assert session.run(None, feed)[0].shape == (1, 2)
+
+
+def test_executorch_pte_matches_pytorch_on_padded_rows(student, tmp_path):
+    pytest.importorskip("executorch", reason="optional: pip install -e '.[executorch]'")
+    report = run_export(student, tmp_path / "e", ExportConfig(guard=False, executorch=True))
+    pte = report["executorch"]
+    assert (tmp_path / "e" / "model.pte").stat().st_size == pte["bytes"] > 0
+    assert pte["max_abs_diff"] <= 1e-4 and pte["length"] == 64
+
+
+def test_fixed_length_bilstm_equals_the_packed_student_at_any_length(student):
+    import torch
+
+    from edgekd.exporters.executorch import FixedLengthBiLSTM, pad_to
+    from edgekd.students.base import load_student
+
+    model, tok, _ = load_student(student)
+    fixed = FixedLengthBiLSTM(model).eval()
+    for text in ["good", "the movie was really very good and fun", "bad plot"]:
+        feed = tok([text])
+        padded = pad_to(feed, 32)
+        with torch.no_grad():
+            want = model(**{k: torch.from_numpy(v) for k, v in feed.items()})
+            got = fixed(*(torch.from_numpy(padded[k]) for k in ("input_ids", "attention_mask")))
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
