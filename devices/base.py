@@ -21,6 +21,23 @@ class DeviceSpec(StrictModel):
     runner: str = Field("local", description="Registered runner that carries the agent.")
     threads: int = Field(1, ge=1, description="Intra-op threads unless --threads overrides.")
     cpu_affinity: list[int] | None = Field(None, description="Cores to pin the agent to.")
+    preset: str = Field(
+        "auto",
+        pattern="^(auto|avx2|avx512_vnni|arm64)$",
+        description="int8 preset for this target; auto reads cpu_flags (or this machine's).",
+    )
+    cpu_flags: list[str] | None = Field(
+        None, description="The target's CPU flags (/proc/cpuinfo), for preset auto."
+    )
+
+    def int8_preset(self) -> str:
+        """The preset `edgekd export --device` uses for this target."""
+        if self.preset != "auto" or self.cpu_flags is None:
+            return self.preset
+        from edgekd.exporters.quantize import detect_preset
+
+        machine = "aarch64" if {"asimd", "fp"} & set(self.cpu_flags) else "x86_64"
+        return detect_preset(set(self.cpu_flags), machine)[0]
 
 
 class Device:

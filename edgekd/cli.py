@@ -317,6 +317,9 @@ def export(
     preset: str | None = typer.Option(
         None, help="int8 target CPU: auto (this CPU's flags), avx2, avx512_vnni, arm64."
     ),
+    device: str | None = typer.Option(
+        None, help="Device name or spec: its int8 preset (unless --preset is given)."
+    ),
     calibration: str | None = typer.Option(
         None, help="Static int8 calibration: minmax, entropy or percentile."
     ),
@@ -352,6 +355,10 @@ def export(
 
     if int8 not in ("none", "dynamic", "static"):
         raise EdgeKDError(f"--int8 {int8!r}: use dynamic, static or none")
+    if device is not None and preset is None:
+        from edgekd.devices.base import load_spec
+
+        preset = load_spec(device).int8_preset()
     cfg = override(
         ExportConfig(int8=None if int8 == "none" else int8, guard=guard),  # type: ignore[arg-type]
         atol=atol,

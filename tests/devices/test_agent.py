@@ -109,3 +109,15 @@ def test_load_spec_lists_valid_devices_when_unknown(tmp_path):
     bad.write_text("name: x\nrunner: pigeon\n")
     with pytest.raises(EdgeKDError, match="unknown device runner 'pigeon'; valid names: local"):
         load_spec(str(bad))
+
+
+def test_device_spec_picks_its_int8_preset_from_its_cpu_flags(tmp_path):
+    from edgekd.devices.base import load_spec
+
+    spec = tmp_path / "pi.yaml"
+    spec.write_text("name: pi\nrunner: local\ncpu_flags: [fp, asimd, crc32]\n")
+    assert load_spec(str(spec)).int8_preset() == "arm64"
+    spec.write_text("name: x\nrunner: local\ncpu_flags: [sse4_2, avx2, fma]\n")
+    assert load_spec(str(spec)).int8_preset() == "avx2"
+    spec.write_text("name: x\nrunner: local\npreset: avx512_vnni\n")
+    assert load_spec(str(spec)).int8_preset() == "avx512_vnni"
