@@ -27,6 +27,7 @@ class Exporter:
         self.opset = opset
         # A graph static int8 should start from instead of the exported one (None: that).
         self.static_source: Path | None = None
+        self.fusions: dict[str, int] = {}  # graph fusions the export applied, by op
 
     def dummy_inputs(self, model: Any) -> dict[str, np.ndarray]:
         """Inputs that exercise every dynamic axis (several rows, several lengths)."""

@@ -14,7 +14,6 @@ from edgekd.exporters.base import Exporter
 
 
 class BertExporter(Exporter):
-    fusions: dict[str, int] = {}  # noqa: RUF012 - set per export by _export
     input_names = ("input_ids", "attention_mask", "token_type_ids")
     dynamic_axes: ClassVar[dict[str, dict[int, str]]] = {
         "input_ids": {0: "batch_size", 1: "sequence_length"},

@@ -55,7 +55,7 @@ def run_export(
         t = time.perf_counter()
         max_diff = exporter.export(model, tmp / FP32, check)
         report["models"]["fp32"] = {"max_abs_diff": max_diff}
-        if getattr(exporter, "fusions", None):
+        if exporter.fusions:
             report["models"]["fp32"]["fusions"] = exporter.fusions
         tok.save(tmp)
         shutil.copy(student_dir / STUDENT_FILE, tmp / STUDENT_FILE)
