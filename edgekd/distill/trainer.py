@@ -156,7 +156,7 @@ def train_student(
     trainable = list(model.parameters()) + (
         list(layer_loss.parameters()) if layer_loss is not None else []
     )
-    lr = cfg.lr or STUDENTS.get(cfg.student).default_lr
+    lr = cfg.lr or model.default_lr
     optim = torch.optim.Adam(trainable, lr=lr, weight_decay=cfg.weight_decay)
     model, optim, loader = accelerator.prepare(model, optim, loader)
     if teacher is not None:
