@@ -169,6 +169,9 @@ def distill(
     ),
     n_iter: int | None = typer.Option(None, help="Augmented variants per training text."),
     max_augmented: int | None = typer.Option(None, help="Cap on augmented rows (subsample)."),
+    minimax_k: int | None = typer.Option(
+        None, help="minimax: variants kept per text each epoch (the most divergent)."
+    ),
     loss: str | None = typer.Option(
         None, help="mse (Tang et al.), kd (Hinton) or annealing (Jafari et al.)."
     ),
@@ -212,7 +215,14 @@ def distill(
     }
     methods = [m.strip() for m in augment.split(",") if m.strip()] if augment else None
     cfg = override(
-        cfg, augment=override(cfg.augment, methods=methods, n_iter=n_iter, max_rows=max_augmented)
+        cfg,
+        augment=override(
+            cfg.augment,
+            methods=methods,
+            n_iter=n_iter,
+            max_rows=max_augmented,
+            minimax_k=minimax_k,
+        ),
     )
     loss_options = {**cfg.loss_options, **parse_options(loss_option, "--loss-option")}
     layer_options = {
