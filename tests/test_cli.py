@@ -274,3 +274,15 @@ def test_cli_trim_reports_vocabulary_and_accuracy_change(tmp_path, tiny_data, ti
     assert {"dev_accuracy_before", "dev_accuracy_after"} <= set(report)
     r = invoke("export", tmp_path / "t", "--out", tmp_path / "e")  # a trimmed student exports
     assert r.exit_code == 0, r.output
+
+
+def test_cli_minimax_k_reaches_the_resolved_config(tmp_path, tiny_data, tiny_teacher):
+    r = invoke(
+        "distill", "--teacher", tiny_teacher, "--data", tiny_data, "--out", tmp_path / "s",
+        "--epochs", 1, "--augment", "mask,minimax", "--n-iter", 2, "--minimax-k", 1,
+        "-s", "embedding_dim=16", "-s", "hidden_size=8",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
+    assert resolved["augment"]["minimax_k"] == 1
+    assert resolved["augment"]["methods"] == ["mask", "minimax"]
