@@ -76,8 +76,8 @@ def variants(student: Path, out: Path, data: Any) -> dict[str, dict[str, Any]]:
             cfg = ExportConfig(int8=mode, preset=preset, guard=False)  # type: ignore[arg-type]
             report = run_export(student, folder, cfg, data)
             if "fp32" not in models:
-                models["fp32"] = {"path": folder / FP32, **report["models"]["fp32"]}
-            models[f"{mode} int8 {preset}"] = {"path": folder / INT8, **report["models"]["int8"]}
+                models["fp32"] = {**report["models"]["fp32"], "path": folder / FP32}
+            models[f"{mode} int8 {preset}"] = {**report["models"]["int8"], "path": folder / INT8}
     return models
 
 
