@@ -29,24 +29,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parents[1]
 WORK = REPO / "runs" / "bench-export"
 PRESETS = ("avx2", "avx512_vnni", "arm64")
 
 
-def timings(paths: dict[str, Path], feed: dict, threads: int, rounds: int, runs: int) -> dict:
-    """p50 and p90 (ms) per model: median over rounds, models alternating each round."""
+def timings(paths: dict[str, Path], texts: list[Any], threads: int, rounds: int, runs: int) -> dict:
+    """p50 and p90 (ms) per model: median over rounds, models alternating each round.
+
+    Every model reads the dev text of median length (in its own tokens), at batch 1.
+    """
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     sessions = {n: ort.InferenceSession(str(p), options) for n, p in paths.items()}
-    feeds = {
-        n: {i.name: feed[i.name] for i in s.get_inputs() if i.name in feed}
-        for n, s in sessions.items()
-    }
+    feeds = {n: median_feed(p, texts) for n, p in paths.items()}
     for n, s in sessions.items():
         for _ in range(10):
             s.run(None, feeds[n])
@@ -62,6 +60,15 @@ def timings(paths: dict[str, Path], feed: dict, threads: int, rounds: int, runs:
             per[n]["p50"].append(ms[len(ms) // 2])
             per[n]["p90"].append(ms[int(len(ms) * 0.9)])
     return {n: {k: statistics.median(v) for k, v in d.items()} for n, d in per.items()}
+
+
+def median_feed(model: Path, texts: list[Any]) -> dict[str, Any]:
+    """The model's own inputs for the dev text of median length in its tokens."""
+    from edgekd.predict import OnnxPredictor
+
+    pred = OnnxPredictor(model)
+    ids = pred.tokenizer.ids(texts)
+    return pred.feed([sorted(ids, key=pred.tokenizer.length)[len(ids) // 2]])
 
 
 def variants(student: Path, out: Path, data: Any) -> dict[str, dict[str, Any]]:
@@ -153,15 +160,10 @@ def main() -> None:
                 "bytes": q.stat().st_size,
                 "accuracy": score(pred, dev.texts, dev.labels)["accuracy"],
             }
-        pred = OnnxPredictor(models["fp32"]["path"])
-        ids = pred.tokenizer.ids(task.dev.texts)
-        median = sorted(ids, key=pred.tokenizer.length)[len(ids) // 2]
-        feed = dict(pred.tokenizer.pad([median]))
-        feed.setdefault("token_type_ids", np.zeros_like(feed["input_ids"]))
         paths = {name: m["path"] for name, m in models.items()}
-        timed = {t: timings(paths, feed, t, args.rounds, args.runs) for t in (1, 2)}
+        timed = {t: timings(paths, task.dev.texts, t, args.rounds, args.runs) for t in (1, 2)}
         results[label] = {
-            "seq_len": int(pred.tokenizer.length(median)),
+            "seq_len": int(median_feed(paths["fp32"], task.dev.texts)["input_ids"].shape[1]),
             "models": {
                 name: {
                     "accuracy": m["accuracy"],
@@ -190,8 +192,25 @@ def main() -> None:
         trim_student(base, trimmed, load_task(data).train.texts, min_freq=2)
         small["trimmed (min_freq 2)"] = trimmed
         for name, folder in {"untrimmed": base, **small}.items():
-            ex = variants_dynamic(folder, WORK / "size" / name.replace(" ", "_"), data)
-            sizes[name] = ex
+            sizes[name] = variants_dynamic(folder, WORK / "size" / name.replace(" ", "_"), data)
+        # The shipping question: each small int8 student against the teacher's fp32 ONNX,
+        # timed side by side (each on the median dev text in its own tokens).
+        teacher = REPO / "runs" / "bench-chain" / "teacher-onnx" / "model.onnx"
+        if not teacher.is_file():
+            from edgekd.exporters.teacher import export_teacher
+
+            teacher = export_teacher(
+                str(args.shared / "models" / "sst2-minilm-teacher"), teacher.parent
+            )
+        paths = {"teacher fp32": teacher}
+        paths |= {n: WORK / "size" / n.replace(" ", "_") / "model.int8.onnx" for n in sizes}
+        vs = timings(paths, task.dev.texts, 1, args.rounds, args.runs)
+        teacher_bytes = teacher.stat().st_size
+        for name in sizes:
+            sizes[name]["p50_1t"] = vs[name]["p50"]
+            sizes[name]["faster_than_teacher"] = vs["teacher fp32"]["p50"] / vs[name]["p50"]
+            sizes[name]["smaller_than_teacher"] = teacher_bytes / sizes[name]["int8_bytes"]
+        sizes["teacher fp32"] = {"p50_1t": vs["teacher fp32"]["p50"], "bytes": teacher_bytes}
     meta = {
         "command": "python benchmarks/export_sst2.py"
         + (" --size-variants" if args.size_variants else ""),
@@ -239,16 +258,24 @@ def markdown(payload: dict[str, Any]) -> str:
         lines.append("")
     if payload["size_variants"]:
         base = payload["size_variants"]["untrimmed"]
+        teacher = payload["size_variants"]["teacher fp32"]
         lines += [
-            "## Small embeddings (BiLSTM, dynamic int8, auto preset)",
+            "## Small embeddings (BiLSTM, dynamic int8, auto preset) vs the teacher's fp32 ONNX",
             "",
-            "| variant | int8 bytes | int8 dev acc | Δ acc vs untrimmed | fp32 bytes |",
-            "|---|---|---|---|---|",
+            f"Teacher fp32 ONNX: {teacher['bytes']:,} B, p50 {teacher['p50_1t']:.3f} ms "
+            "(1 thread, batch 1, timed side by side with the students).",
+            "",
+            "| variant | int8 bytes | smaller | int8 dev acc | Δ acc vs untrimmed | "
+            "p50 ms | faster |",
+            "|---|---|---|---|---|---|---|",
         ]
         for name, v in payload["size_variants"].items():
+            if name == "teacher fp32":
+                continue
             lines.append(
-                f"| {name} | {v['int8_bytes']:,} | {v['int8_accuracy']:.4f} | "
-                f"{v['int8_accuracy'] - base['int8_accuracy']:+.4f} | {v['fp32_bytes']:,} |"
+                f"| {name} | {v['int8_bytes']:,} | {v['smaller_than_teacher']:.1f}× | "
+                f"{v['int8_accuracy']:.4f} | {v['int8_accuracy'] - base['int8_accuracy']:+.4f} | "
+                f"{v['p50_1t']:.3f} | {v['faster_than_teacher']:.1f}× |"
             )
     return "\n".join(lines) + "\n"
 

@@ -23,7 +23,8 @@ def test_bert_export_validates_against_pytorch_on_padded_rows(tiny_teacher: Path
     assert [i.name for i in graph.input] == ["input_ids", "attention_mask", "token_type_ids"]
     # onnxruntime's transformer fusions ran before validation: one fused op per kind.
     ops = {n.op_type for n in graph.node}
-    assert {"Attention", "SkipLayerNormalization", "EmbedLayerNormalization"} <= ops
+    assert {"Attention", "SkipLayerNormalization"} <= ops
+    assert "EmbedLayerNormalization" not in ops  # its fp32 word table would dodge int8
     assert "Softmax" not in ops
     assert exporter.fusions["Attention"] == 1
 
@@ -51,4 +52,15 @@ def test_bert_static_int8_quantizes_the_unfused_graph_with_qdq(tiny_teacher, tin
             assert ops["QuantizeLinear"] >= 4 and ops["DequantizeLinear"] >= 8
         else:
             assert ops["QAttention"] == 1  # fused attention, quantized
+            graph = onnx.load(str(tmp_path / mode / "model.int8.onnx")).graph
+            inits = {i.name: i for i in graph.initializer}
+            word_table = next(
+                inits[n.input[0]]
+                for n in graph.node
+                if n.op_type == "Gather"
+                and n.input[0] in inits
+                and inits[n.input[0]].dims[0] == tok.vocab_size
+            )
+            eight_bit = (onnx.TensorProto.UINT8, onnx.TensorProto.INT8)
+            assert word_table.data_type in eight_bit  # the word table is int8 too
         assert not list((tmp_path / mode).glob(".*"))  # the unfused copy is gone
