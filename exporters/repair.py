@@ -35,22 +35,27 @@ def repair(
     max_drop: float,
     nodes: list[str],
     max_rounds: int = 5,
+    trial_path: Path | None = None,
 ) -> dict[str, Any]:
-    """Write the repaired int8 model to `dst`; return what was kept in fp32 and why."""
+    """Write the repaired int8 model to `dst`; return what was kept in fp32 and why.
+
+    Trials are written to `trial_path` (default: a temp folder), which `score` must be
+    able to read: e.g. beside `dst`, where its tokenizer and label files are.
+    """
     reference = score(fp32)
     excluded: list[str] = []
     quantize(fp32, dst, excluded)
     drop = reference - score(dst)
     report: dict[str, Any] = {"fp32_accuracy": reference, "drop_before": drop, "trials": []}
     with tempfile.TemporaryDirectory() as tmp:
-        trial_path = Path(tmp) / "trial.onnx"
+        trial = trial_path or Path(tmp) / "trial.onnx"
         for _ in range(max_rounds):
             if drop <= max_drop:
                 break
             results = {}
             for node in (n for n in nodes if n not in excluded):
-                quantize(fp32, trial_path, [*excluded, node])
-                results[node] = reference - score(trial_path)
+                quantize(fp32, trial, [*excluded, node])
+                results[node] = reference - score(trial)
             if not results:
                 break
             node = min(results, key=results.__getitem__)
@@ -59,6 +64,7 @@ def repair(
                 break  # nothing helps any more
             excluded.append(node)
             drop = results[node]
+        trial.unlink(missing_ok=True)
     bytes_before = dst.stat().st_size
     quantize(fp32, dst, excluded)
     report.update(

@@ -167,6 +167,7 @@ def make_int8(
             accuracy,
             cfg.max_int8_drop,
             quantizable_nodes(source(cfg.int8), OP_TYPES),
+            trial_path=folder / ".repair-trial.onnx",  # beside student.json + tokenizer
         )
         excluded = fix["kept_fp32"]
         entry["repair"] = {k: v for k, v in fix.items() if k != "trials"}

@@ -59,12 +59,26 @@ def test_guard_swaps_in_a_faster_preset(student, tmp_path, monkeypatch):
     assert not list((tmp_path / "e").glob(".*.onnx"))  # trial models cleaned up
 
 
-def test_accuracy_repair_reports_what_stayed_fp32(student, tmp_path):
+def test_accuracy_repair_scores_trials_in_the_export_folder(student, tmp_path, monkeypatch):
+    import edgekd.predict as predict
+
+    real = predict.score
+
+    def int8_loses_half(predictor, texts, labels, reference=None):
+        # Every int8 graph "loses" 0.5: repair must try each node, scoring each trial
+        # with the real predictor (which needs the export folder's tokenizer).
+        result = real(predictor, texts, labels, reference)
+        if getattr(predictor, "path", None) and predictor.path.name != "model.onnx":
+            result["accuracy"] -= 0.5
+        return result
+
+    monkeypatch.setattr(predict, "score", int8_loses_half)
     cfg = ExportConfig(guard=False, max_int8_drop=0.0)
     report = run_export(student, tmp_path / "e", cfg)
     repair = report["models"]["int8"]["repair"]
-    assert set(repair) >= {"kept_fp32", "drop_before", "drop_after", "within_budget"}
-    assert repair["drop_after"] <= repair["drop_before"]
+    assert repair["drop_before"] >= 0.5 and not repair["within_budget"]
+    assert repair["kept_fp32"] == []  # no single exclusion helped: nothing kept
+    assert not list((tmp_path / "e").glob(".*"))  # the trial model is cleaned up
 
 
 def test_mobile_export_writes_ort_that_matches_onnx_and_a_usability_report(student, tmp_path):
