@@ -131,6 +131,22 @@ def build_other_vocab(folder: Path) -> Path:
     return folder
 
 
+def distill_tiny_bilstm(teacher: Path, data: Path, out: Path, epochs: int = 1) -> Path:
+    """A small BiLSTM student (16-d embeddings, 8 units) distilled from `teacher`."""
+    from edgekd.config import DataConfig, DistillConfig
+    from edgekd.distill.trainer import run_distill
+
+    options = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
+    cfg = DistillConfig(
+        teacher=str(teacher),
+        data=DataConfig(spec=str(data)),
+        epochs=epochs,
+        student_options=options,
+    )
+    run_distill(cfg, out)
+    return out
+
+
 @pytest.fixture(scope="session")
 def tiny_teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_bert(tmp_path_factory.mktemp("teacher"))

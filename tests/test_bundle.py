@@ -17,19 +17,12 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def export_dir(tiny_teacher, tiny_data, tmp_path_factory) -> Path:
-    from edgekd.config import DataConfig, DistillConfig, ExportConfig
-    from edgekd.distill.trainer import run_distill
+    from conftest import distill_tiny_bilstm
+    from edgekd.config import ExportConfig
     from edgekd.exporters.run import run_export
 
     root = tmp_path_factory.mktemp("bundle")
-    options = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
-    cfg = DistillConfig(
-        teacher=str(tiny_teacher),
-        data=DataConfig(spec=str(tiny_data)),
-        epochs=2,
-        student_options=options,
-    )
-    run_distill(cfg, root / "student")
+    distill_tiny_bilstm(tiny_teacher, tiny_data, root / "student", epochs=2)
     run_export(root / "student", root / "export", ExportConfig(guard=False))
     return root / "export"
 

@@ -6,23 +6,14 @@ import json
 
 import pytest
 
-from edgekd.config import DataConfig, DistillConfig, ExportConfig
-from edgekd.distill.trainer import run_distill
+from conftest import distill_tiny_bilstm
+from edgekd.config import ExportConfig
 from edgekd.exporters.run import INT8, run_export
 
 
 @pytest.fixture(scope="module")
 def student(tiny_teacher, tiny_data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("student") / "s"
-    options = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
-    cfg = DistillConfig(
-        teacher=str(tiny_teacher),
-        data=DataConfig(spec=str(tiny_data)),
-        epochs=1,
-        student_options=options,
-    )
-    run_distill(cfg, out)
-    return out
+    return distill_tiny_bilstm(tiny_teacher, tiny_data, tmp_path_factory.mktemp("student") / "s")
 
 
 def test_static_int8_on_a_bilstm_says_the_lstm_stays_fp32(student, tmp_path):
