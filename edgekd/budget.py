@@ -30,15 +30,44 @@ class Budget(StrictModel):
     max_int8_drop: float | None = Field(
         None, ge=0, le=1, description="fp32 accuracy minus int8 accuracy, 0..1."
     )
+    max_peak_rss_mb: float | None = Field(
+        None, gt=0, description="Peak resident memory while serving, MB."
+    )
+    max_init_ms: float | None = Field(None, gt=0, description="Model load time, ms.")
+    min_agreement: float | None = Field(
+        None, ge=0, le=1, description="Share of dev rows where ONNX and PyTorch agree, 0..1."
+    )
+    device: str | None = Field(
+        None, description="Device the latency/memory limits apply to (profiles say theirs)."
+    )
+    devices: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Per-device overrides of any field above, by device name.",
+    )
+
+    def for_device(self, name: str | None) -> Budget:
+        """The budget for device `name`: shared limits, then that device's overrides."""
+        if name is None:
+            return self
+        if name not in self.devices:
+            valid = ", ".join(self.devices) or "none"
+            raise EdgeKDError(
+                f"the budget has no device {name!r} (devices: {valid}); fix --device", 2
+            )
+        fields = {**self.model_dump(exclude={"devices"}), **self.devices[name], "device": name}
+        return validate(Budget, fields, f"budget for device {name}")
 
 
 # limit field → (metric name, comparison, unit)
 LIMITS: dict[str, tuple[str, Literal["<=", ">="], str]] = {
     "max_bytes": ("bytes", "<=", "B"),
     "max_p90_ms": ("p90_ms", "<=", "ms"),
+    "max_peak_rss_mb": ("peak_rss_mb", "<=", "MB"),
+    "max_init_ms": ("load_ms", "<=", "ms"),
     "min_accuracy": ("accuracy", ">=", ""),
     "max_drop_vs_teacher": ("drop_vs_teacher", "<=", ""),
     "max_int8_drop": ("int8_drop", "<=", ""),
+    "min_agreement": ("agreement", ">=", ""),
 }
 
 
@@ -84,7 +113,10 @@ def load_budget(path: str | Path) -> Budget:
     if not isinstance(data, dict) or not data:
         raise EdgeKDError(f"{path} must be a YAML mapping of limits, e.g. `max_bytes: 2000000`", 2)
     budget = validate(Budget, data, str(path))
-    if not any(getattr(budget, f) is not None for f in LIMITS):
+    for name in budget.devices:
+        budget.for_device(name)  # a bad per-device field fails here, with exit 2
+    limits = [budget] + [budget.for_device(n) for n in budget.devices]
+    if not any(getattr(b, f) is not None for b in limits for f in LIMITS):
         raise EdgeKDError(f"{path} sets no limit; set at least one of {', '.join(LIMITS)}", 2)
     return budget
 
@@ -109,6 +141,8 @@ def collect_metrics(dirs: list[Path], budget: Budget) -> dict[str, float | None]
             model_file = entry["path"]
             metrics["bytes"] = entry["bytes"]
             metrics["accuracy"] = entry["accuracy"]
+            if entry.get("agreement") is not None:
+                metrics["agreement"] = entry["agreement"]
             if report.get("teacher_accuracy") is not None:
                 metrics["drop_vs_teacher"] = report["teacher_accuracy"] - entry["accuracy"]
             if report.get("int8_drop") is not None:
@@ -116,8 +150,66 @@ def collect_metrics(dirs: list[Path], budget: Budget) -> dict[str, float | None]
     for d in dirs:
         for path in sorted(d.glob("profile*.json")):
             prof = json.loads(path.read_text())
-            if prof.get("threads") == budget.threads and (
-                model_file is None or Path(prof.get("model", "")).name == model_file
+            if (
+                prof.get("threads") == budget.threads
+                and (model_file is None or Path(prof.get("model", "")).name == model_file)
+                and (budget.device is None or prof.get("device") == budget.device)
             ):
-                metrics["p90_ms"] = prof["p90_ms"]
+                for metric in ("p90_ms", "peak_rss_mb", "load_ms"):
+                    if prof.get(metric) is not None:
+                        metrics[metric] = prof[metric]
     return metrics
+
+
+# ---------------------------------------------------------------- CI outputs
+
+
+def junit_xml(results: list[LimitResult], suite: str) -> str:
+    """JUnit XML: one test case per limit; a failed or unmeasured limit is a failure."""
+    from xml.sax.saxutils import quoteattr
+
+    failures = sum(not r.passed for r in results)
+    cases = []
+    for r in results:
+        measured = "not measured" if r.measured is None else f"{r.measured:g} {r.unit}".strip()
+        attrs = f"classname={quoteattr(suite)} name={quoteattr(r.limit)}"
+        if r.passed:
+            cases.append(f"  <testcase {attrs}/>")
+        else:
+            message = quoteattr(f"{r.metric} {measured}, limit {r.op} {r.threshold:g} {r.unit}")
+            cases.append(f"  <testcase {attrs}>\n    <failure message={message}/>\n  </testcase>")
+    header = (
+        f'<testsuite name={quoteattr(suite)} tests="{len(results)}" '
+        f'failures="{failures}" errors="0">'
+    )
+    body = "\n".join(cases)
+    return f'<?xml version="1.0" encoding="utf-8"?>\n{header}\n{body}\n</testsuite>\n'
+
+
+def markdown_summary(results: list[LimitResult], title: str) -> str:
+    """A Markdown table for a CI job summary."""
+    verdict = "✅ all limits hold" if all(r.passed for r in results) else "❌ budget missed"
+    lines = [f"### {title}: {verdict}", "", "| limit | threshold | measured | status |"]
+    lines.append("|---|---|---|---|")
+    for r in results:
+        measured = "—" if r.measured is None else f"{r.measured:,.4g} {r.unit}".strip()
+        threshold = f"{r.op} {r.threshold:,.4g} {r.unit}".strip()
+        lines.append(f"| {r.limit} | {threshold} | {measured} | {r.status} |")
+    return "\n".join(lines) + "\n"
+
+
+def bench_entries(results: list[LimitResult], prefix: str) -> list[dict[str, Any]]:
+    """github-action-benchmark `customSmallerIsBetter` entries for the measured limits.
+
+    Larger-is-better metrics (accuracy, agreement) are reported as 1 − value (error
+    rate, disagreement) so every entry trends the same way.
+    """
+    out = []
+    for r in results:
+        if r.measured is None:
+            continue
+        name, value = r.metric, r.measured
+        if r.op == ">=":
+            name, value = f"1 - {r.metric}", 1.0 - r.measured
+        out.append({"name": f"{prefix} {name}", "unit": r.unit or "ratio", "value": value})
+    return out

@@ -546,22 +546,52 @@ def print_profile(r: dict[str, Any]) -> None:
 def check(
     artifacts: list[Path] = typer.Argument(..., help="Artifact folders (export, profiles)."),
     budget: Path = typer.Option(..., "--budget", help="Budget YAML."),
+    device: str | None = typer.Option(
+        None, "--device", help="Apply this device's limits from the budget's `devices:`."
+    ),
     json_out: str | None = typer.Option(
         None, "--json", help="Write results as JSON ('-': stdout)."
     ),
+    junit: Path | None = typer.Option(None, "--junit", help="Write JUnit XML, one case per limit."),
+    github_summary: bool = typer.Option(
+        False, "--github-summary", help="Append a Markdown table to $GITHUB_STEP_SUMMARY."
+    ),
+    bench_json: Path | None = typer.Option(
+        None, "--bench-json", help="Write github-action-benchmark customSmallerIsBetter JSON."
+    ),
 ) -> None:
     """Check measured metrics against a budget: exit 0 if all hold, 1 if any fails."""
-    from edgekd.budget import collect_metrics, evaluate, load_budget
+    import os
 
-    b = load_budget(budget)
+    from edgekd.budget import (
+        bench_entries,
+        collect_metrics,
+        evaluate,
+        junit_xml,
+        load_budget,
+        markdown_summary,
+    )
+    from edgekd.io import atomic_write_text
+
+    b = load_budget(budget).for_device(device)
     results = evaluate(b, collect_metrics(artifacts, b))
     failed = [r for r in results if not r.passed]
+    title = f"edgekd budget: {b.model} model" + (f" on {device}" if device else "")
     payload = {
         "budget": str(budget),
         "model": b.model,
+        "device": device,
         "passed": not failed,
         "limits": [r.to_dict() for r in results],
     }
+    if junit:
+        atomic_write_text(junit, junit_xml(results, title))
+    if bench_json:
+        atomic_write_text(bench_json, json.dumps(bench_entries(results, device or b.model)) + "\n")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if github_summary and summary:
+        with open(summary, "a", encoding="utf-8") as f:  # the runner's file: append only
+            f.write(markdown_summary(results, title))
     if json_out == "-":
         typer.echo(json.dumps(payload, indent=2))
     else:

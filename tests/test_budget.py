@@ -78,3 +78,79 @@ def test_collect_metrics_reads_export_and_matching_profile(tmp_path):
     assert (
         collect_metrics([tmp_path], Budget(model="fp32", threads=1, max_p90_ms=1))["p90_ms"] == 3.0
     )
+
+
+def test_evaluate_covers_memory_init_time_and_agreement_limits():
+    b = Budget(max_peak_rss_mb=100, max_init_ms=20, min_agreement=0.99)
+    results = evaluate(b, {"peak_rss_mb": 120.0, "load_ms": 8.0, "agreement": 0.995})
+    assert {r.limit: r.status for r in results} == {
+        "max_peak_rss_mb": "FAIL",
+        "max_init_ms": "pass",
+        "min_agreement": "pass",
+    }
+
+
+def test_budget_per_device_overrides_shared_limits(tmp_path):
+    path = tmp_path / "b.yaml"
+    path.write_text(
+        "max_bytes: 2000000\nmax_p90_ms: 5\n"
+        "devices:\n  raspberry-pi-4: {max_p90_ms: 20, threads: 4}\n  local-cpu: {}\n"
+    )
+    budget = load_budget(path)
+    pi = budget.for_device("raspberry-pi-4")
+    assert (pi.max_p90_ms, pi.threads, pi.max_bytes, pi.device) == (
+        20,
+        4,
+        2000000,
+        "raspberry-pi-4",
+    )
+    assert budget.for_device("local-cpu").max_p90_ms == 5
+    with pytest.raises(EdgeKDError, match=r"no device 'phone'.*raspberry-pi-4, local-cpu") as e:
+        budget.for_device("phone")
+    assert e.value.exit_code == 2
+    path.write_text("max_bytes: 1\ndevices:\n  pi: {max_p90: 3}\n")
+    with pytest.raises(EdgeKDError, match="field 'max_p90'") as e:
+        load_budget(path)
+    assert e.value.exit_code == 2
+
+
+def test_collect_metrics_takes_latency_and_memory_from_the_device_profile(tmp_path):
+    (tmp_path / "export.json").write_text(
+        json.dumps({"models": {"int8": {"path": "m.onnx", "bytes": 1, "accuracy": 0.9}}})
+    )
+    for device, p90 in (("local-cpu", 1.0), ("raspberry-pi-4", 7.0)):
+        (tmp_path / f"profile-{device}.json").write_text(
+            json.dumps(
+                {"model": "m.onnx", "threads": 1, "device": device, "p90_ms": p90,
+                 "peak_rss_mb": 80.0, "load_ms": 9.0}
+            )
+        )  # fmt: skip
+    pi = collect_metrics([tmp_path], Budget(max_p90_ms=1, device="raspberry-pi-4"))
+    assert (pi["p90_ms"], pi["peak_rss_mb"], pi["load_ms"]) == (7.0, 80.0, 9.0)
+    assert collect_metrics([tmp_path], Budget(max_p90_ms=1, device="local-cpu"))["p90_ms"] == 1.0
+
+
+def test_junit_xml_has_one_case_per_limit_and_counts_failures():
+    import xml.etree.ElementTree as ET
+
+    from edgekd.budget import junit_xml
+
+    results = evaluate(
+        Budget(max_bytes=10, min_accuracy=0.9, max_p90_ms=1), {"bytes": 5, "accuracy": 0.8}
+    )
+    suite = ET.fromstring(junit_xml(results, "edgekd budget"))
+    assert suite.get("tests") == "3" and suite.get("failures") == "2"
+    cases = {c.get("name"): c.find("failure") for c in suite.iter("testcase")}
+    assert cases["max_bytes"] is None
+    assert "accuracy 0.8" in cases["min_accuracy"].get("message")
+    assert "not measured" in cases["max_p90_ms"].get("message")
+
+
+def test_bench_entries_are_smaller_is_better():
+    from edgekd.budget import bench_entries
+
+    results = evaluate(Budget(max_bytes=10, min_accuracy=0.5), {"bytes": 5, "accuracy": 0.875})
+    assert bench_entries(results, "int8") == [
+        {"name": "int8 bytes", "unit": "B", "value": 5.0},
+        {"name": "int8 1 - accuracy", "unit": "ratio", "value": 0.125},
+    ]

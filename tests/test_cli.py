@@ -286,3 +286,30 @@ def test_cli_minimax_k_reaches_the_resolved_config(tmp_path, tiny_data, tiny_tea
     resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
     assert resolved["augment"]["minimax_k"] == 1
     assert resolved["augment"]["methods"] == ["mask", "minimax"]
+
+
+def test_cli_check_writes_junit_bench_json_and_github_summary(tmp_path, monkeypatch):
+    import xml.etree.ElementTree as ET
+
+    art = tmp_path / "export"
+    art.mkdir()
+    (art / "export.json").write_text(
+        json.dumps({"models": {"int8": {"path": "m.onnx", "bytes": 900, "accuracy": 0.85}}})
+    )
+    budget = tmp_path / "b.yaml"
+    budget.write_text("max_bytes: 1000\nmin_accuracy: 0.9\n")
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    r = invoke(
+        "check", art, "--budget", budget, "--junit", tmp_path / "j.xml",
+        "--bench-json", tmp_path / "bench.json", "--github-summary",
+    )  # fmt: skip
+    assert r.exit_code == 1  # min_accuracy fails
+    suite = ET.parse(tmp_path / "j.xml").getroot()
+    assert (suite.get("tests"), suite.get("failures")) == ("2", "1")
+    assert json.loads((tmp_path / "bench.json").read_text())[0] == {
+        "name": "int8 bytes", "unit": "B", "value": 900.0,
+    }  # fmt: skip
+    text = summary.read_text()
+    assert text.startswith("earlier step\n") and "| min_accuracy | >= 0.9 | 0.85 | FAIL |" in text

@@ -11,10 +11,12 @@ from edgekd.config import DistillConfig, TeacherConfig, load_yaml, validate
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("name", ["budget.yaml", "budget-targets.yaml"])
+@pytest.mark.parametrize("name", ["budget.yaml", "budget-targets.yaml", "budget-devices.yaml"])
 def test_example_budgets_load(name):
     b = load_budget(REPO / "examples" / name)
     assert b.model == "int8" and b.max_bytes is not None
+    for device in b.devices:
+        assert b.for_device(device).max_p90_ms is not None
 
 
 @pytest.mark.parametrize(
