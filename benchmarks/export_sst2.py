@@ -24,7 +24,6 @@ import argparse
 import json
 import platform
 import shutil
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -35,31 +34,12 @@ PRESETS = ("avx2", "avx512_vnni", "arm64")
 
 
 def timings(paths: dict[str, Path], texts: list[Any], threads: int, rounds: int, runs: int) -> dict:
-    """p50 and p90 (ms) per model: median over rounds, models alternating each round.
+    """p50 and p90 (ms) per model, side by side; each model reads the dev text of median
+    length in its own tokens, at batch 1."""
+    from edgekd.exporters.guard import measure
 
-    Every model reads the dev text of median length (in its own tokens), at batch 1.
-    """
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    sessions = {n: ort.InferenceSession(str(p), options) for n, p in paths.items()}
     feeds = {n: median_feed(p, texts) for n, p in paths.items()}
-    for n, s in sessions.items():
-        for _ in range(10):
-            s.run(None, feeds[n])
-    per: dict[str, dict[str, list[float]]] = {n: {"p50": [], "p90": []} for n in sessions}
-    for _ in range(rounds):
-        for n, s in sessions.items():
-            ms = []
-            for _ in range(runs):
-                t = time.perf_counter()
-                s.run(None, feeds[n])
-                ms.append((time.perf_counter() - t) * 1000)
-            ms.sort()
-            per[n]["p50"].append(ms[len(ms) // 2])
-            per[n]["p90"].append(ms[int(len(ms) * 0.9)])
-    return {n: {k: statistics.median(v) for k, v in d.items()} for n, d in per.items()}
+    return measure(paths, feeds, rounds, runs, threads)
 
 
 def median_feed(model: Path, texts: list[Any]) -> dict[str, Any]:

@@ -28,9 +28,22 @@ def side_by_side(
     runs: int = 30,
     threads: int = 1,
 ) -> dict[str, float]:
-    """Median over rounds of each model's per-round median latency (ms).
+    """Median p50 latency (ms) per model, all fed `feed` (see `measure`)."""
+    timed = measure(paths, {name: feed for name in paths}, rounds, runs, threads)
+    return {name: t["p50"] for name, t in timed.items()}
 
-    Models take turns within every round, so a noisy neighbour slows all alike.
+
+def measure(
+    paths: dict[str, Path],
+    feeds: dict[str, dict[str, np.ndarray]],
+    rounds: int = 5,
+    runs: int = 30,
+    threads: int = 1,
+) -> dict[str, dict[str, float]]:
+    """p50 and p90 (ms) per model: the median over rounds of each round's percentile.
+
+    Models take turns within every round, so a noisy neighbour slows all alike. Each
+    model reads its own feed (filtered to its graph's inputs).
     """
     import onnxruntime as ort
 
@@ -40,23 +53,25 @@ def side_by_side(
         name: ort.InferenceSession(str(p), options, providers=["CPUExecutionProvider"])
         for name, p in paths.items()
     }
-    feeds = {
-        name: {i.name: feed[i.name] for i in s.get_inputs() if i.name in feed}
+    inputs = {
+        name: {i.name: feeds[name][i.name] for i in s.get_inputs() if i.name in feeds[name]}
         for name, s in sessions.items()
     }
-    per_round: dict[str, list[float]] = {name: [] for name in sessions}
     for name, s in sessions.items():  # warm-up: first runs allocate and pick kernels
         for _ in range(5):
-            s.run(None, feeds[name])
+            s.run(None, inputs[name])
+    per_round: dict[str, dict[str, list[float]]] = {n: {"p50": [], "p90": []} for n in sessions}
     for _ in range(rounds):
         for name, s in sessions.items():
             times = []
             for _ in range(runs):
                 t = time.perf_counter()
-                s.run(None, feeds[name])
+                s.run(None, inputs[name])
                 times.append((time.perf_counter() - t) * 1000.0)
-            per_round[name].append(statistics.median(times))
-    return {name: statistics.median(v) for name, v in per_round.items()}
+            times.sort()
+            per_round[name]["p50"].append(statistics.median(times))
+            per_round[name]["p90"].append(times[int(0.9 * (len(times) - 1))])
+    return {n: {k: statistics.median(v) for k, v in d.items()} for n, d in per_round.items()}
 
 
 def pick_fastest_int8(
