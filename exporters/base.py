@@ -76,3 +76,17 @@ class Exporter:
                 "raise --atol only if that difference is acceptable"
             )
         return worst
+
+
+def pad_inputs(feed: dict[str, np.ndarray], batch: int, seq: int) -> dict[str, np.ndarray]:
+    """Cut or zero-pad every 2-D input to batch × seq (a fixed-shape graph's inputs).
+
+    Rows added by padding get one real token, so no row is empty.
+    """
+    out = {}
+    for k, v in feed.items():
+        v = v[:batch, :seq]
+        out[k] = np.pad(v, ((0, batch - v.shape[0]), (0, seq - v.shape[1])))
+    if "attention_mask" in out:
+        out["attention_mask"][:, 0] = 1
+    return out

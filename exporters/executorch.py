@@ -64,16 +64,6 @@ class FixedLengthBiLSTM(nn.Module):
         return s.classifier(torch.relu(s.mlp(pooled)))
 
 
-def pad_to(feed: dict[str, np.ndarray], length: int) -> dict[str, np.ndarray]:
-    """Right-pad (or cut) ids and mask to `length` tokens."""
-    ids, mask = feed["input_ids"][:, :length], feed["attention_mask"][:, :length]
-    width = length - ids.shape[1]
-    return {
-        "input_ids": np.pad(ids, ((0, 0), (0, width))),
-        "attention_mask": np.pad(mask, ((0, 0), (0, width))),
-    }
-
-
 def export_pte(student: Any, path: Path, length: int) -> None:
     """Write a batch-1 × `length` `.pte`, XNNPACK-delegated where it can be."""
     try:

@@ -228,6 +228,7 @@ def make_mobile(
     checked against the ONNX model it came from, and the mobile usability report."""
     import numpy as np
 
+    from edgekd.exporters.base import pad_inputs
     from edgekd.exporters.mobile import fixed_shape, to_ort, usability
 
     out: dict[str, Any] = {}
@@ -238,7 +239,7 @@ def make_mobile(
         variants.append((fixed_shape(model, fixed, batch, seq), (batch, seq)))
     for onnx_path, shape in variants:
         files = to_ort(onnx_path, model.parent, platform)
-        feeds = check if shape is None else [pad_feed(f, *shape) for f in check[:1]]
+        feeds = check if shape is None else [pad_inputs(f, *shape) for f in check[:1]]
         diff = max(
             float(np.abs(a - b).max())
             for a, b in zip(
@@ -256,19 +257,6 @@ def make_mobile(
     return out
 
 
-def pad_feed(feed: dict[str, Any], batch: int, seq: int) -> dict[str, Any]:
-    """Cut or zero-pad every input to batch × seq (the fixed-shape graph's inputs)."""
-    import numpy as np
-
-    out = {}
-    for k, v in feed.items():
-        v = v[:batch, :seq]
-        out[k] = np.pad(v, ((0, batch - v.shape[0]), (0, seq - v.shape[1])))
-    if "attention_mask" in out:  # rows added by padding still need one real token
-        out["attention_mask"][:, 0] = 1
-    return out
-
-
 def run_model(path: Path, feeds: list[dict[str, Any]]) -> list[Any]:
     import onnxruntime as ort
 
@@ -282,7 +270,8 @@ def make_pte(model: Any, path: Path, check: list[dict[str, Any]], exporter: Any)
     against the PyTorch student on the same real dev rows as the ONNX model."""
     import numpy as np
 
-    from edgekd.exporters.executorch import export_pte, pad_to, run_pte
+    from edgekd.exporters.base import pad_inputs
+    from edgekd.exporters.executorch import export_pte, run_pte
 
     if model.name != "bilstm":
         raise EdgeKDError(f"the ExecuTorch export covers the bilstm student, not {model.name!r}")
@@ -293,7 +282,7 @@ def make_pte(model: Any, path: Path, check: list[dict[str, Any]], exporter: Any)
         for f in check
         for i in range(f["input_ids"].shape[0])
     ]
-    got = run_pte(path, [pad_to(r, length) for r in rows])
+    got = run_pte(path, [pad_inputs(r, 1, length) for r in rows])
     want = [exporter.torch_logits(model, r) for r in rows]
     diff = max(float(np.abs(a - b).max()) for a, b in zip(got, want, strict=True))
     if diff > exporter.atol:

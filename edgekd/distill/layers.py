@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,21 +95,16 @@ def attention_scores(model: nn.Module) -> Iterator[list[torch.Tensor]]:
 
 def hf_features(model: Any, batch: dict[str, torch.Tensor], scores: bool) -> Features:
     """Features of a Hugging Face `*ForSequenceClassification` (the teacher)."""
-    with attention_scores(model) if scores else _nothing() as collected:
+    with attention_scores(model) if scores else nullcontext() as collected:
         out = model(**batch, output_hidden_states=True)
     return Features(out.logits, out.hidden_states, batch["attention_mask"], collected)
 
 
 def student_features(model: Any, batch: dict[str, torch.Tensor], scores: bool) -> Features:
     """Features of a student whose forward takes `return_hidden=True` (BertStudent)."""
-    with attention_scores(model) if scores else _nothing() as collected:
+    with attention_scores(model) if scores else nullcontext() as collected:
         logits, hidden = model(**batch, return_hidden=True)
     return Features(logits, hidden, batch["attention_mask"], collected)
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield None
 
 
 def cls_vectors(hidden: tuple[torch.Tensor, ...], layers: list[int]) -> torch.Tensor:

@@ -106,14 +106,15 @@ def test_executorch_pte_matches_pytorch_on_padded_rows(student, tmp_path):
 def test_fixed_length_bilstm_equals_the_packed_student_at_any_length(student):
     import torch
 
-    from edgekd.exporters.executorch import FixedLengthBiLSTM, pad_to
+    from edgekd.exporters.base import pad_inputs
+    from edgekd.exporters.executorch import FixedLengthBiLSTM
     from edgekd.students.base import load_student
 
     model, tok, _ = load_student(student)
     fixed = FixedLengthBiLSTM(model).eval()
     for text in ["good", "the movie was really very good and fun", "bad plot"]:
         feed = tok([text])
-        padded = pad_to(feed, 32)
+        padded = pad_inputs(feed, 1, 32)
         with torch.no_grad():
             want = model(**{k: torch.from_numpy(v) for k, v in feed.items()})
             got = fixed(*(torch.from_numpy(padded[k]) for k in ("input_ids", "attention_mask")))
