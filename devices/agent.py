@@ -1,11 +1,13 @@
 """Profiling agent: one self-contained script run on the target (stdlib, numpy,
 onnxruntime; `tokenizers` only for the optional end-to-end timing).
 
-    python agent.py --model model.onnx --threads 1 --runs 200 --seq-len 64
+    python agent.py --model model.onnx --threads 1 --runs 200 --trials 5 --seq-len 64
 
-prints one JSON object: latency percentiles in ms, session load ms, peak RSS,
-the onnxruntime version and the CPU model. It runs in its own process so the
-RSS it reports is the model's, not the caller's (torch alone is ~300 MB).
+prints one JSON object: latency percentiles in ms (medians over trials), their
+IQR and trial spread, session load ms, peak RSS, the onnxruntime version and the
+CPU model. `--vs other.onnx` times two models alternately and reports the ratio.
+It runs in its own process so the RSS it reports is the model's, not the caller's
+(torch alone is ~300 MB). Python 3.8+ on the device, so no newer syntax here.
 """
 
 from __future__ import annotations
@@ -104,6 +106,77 @@ def time_runs(fn, runs: int, warmup: int) -> list[float]:
     return out
 
 
+# A trial median this far from the others means the machine was busy during part of
+# the run: 10% is about 3x the trial-to-trial spread seen on an idle core here.
+NOISY_SPREAD = 0.10
+
+
+def trial_stats(trials: list[list[float]]) -> dict:
+    """Percentiles as the median over trials of each trial's own, plus pooled IQR.
+
+    A burst of background load spoils one trial, not the median of five, so the
+    reported p50/p90 survive a noisy machine; `trial_spread` (range of trial p50s
+    over their median) says how much the trials disagreed.
+    """
+    per = [summarize(t) for t in trials]
+    pooled = sorted(ms for t in trials for ms in t)
+    out = summarize(pooled)
+    for key in ("p50_ms", "p90_ms", "p99_ms"):
+        out[key] = statistics.median(p[key] for p in per)
+    medians = [p["p50_ms"] for p in per]
+    out["iqr_ms"] = percentile(pooled, 75) - percentile(pooled, 25)
+    out["trials"] = len(trials)
+    out["trial_p50_ms"] = medians
+    out["trial_spread"] = (max(medians) - min(medians)) / out["p50_ms"] if out["p50_ms"] else 0.0
+    out["noisy"] = out["trial_spread"] > NOISY_SPREAD
+    return out
+
+
+def timed_trials(fn, runs: int, warmup: int, trials: int) -> list[list[float]]:
+    """`runs` timed calls split into `trials` equal trials after one warm-up."""
+    per_trial = max(1, runs // trials)
+    for _ in range(warmup):
+        fn()
+    return [time_runs(fn, per_trial, 0) for _ in range(trials)]
+
+
+def bootstrap_ci(values: list[float], seed: int, n: int = 2000, level: float = 0.95):
+    """Percentile-bootstrap confidence interval for the median of `values`."""
+    import random
+
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(n))
+    tail = (1 - level) / 2
+    return meds[int(tail * (n - 1))], meds[int((1 - tail) * (n - 1))]
+
+
+def alternate(fa, fb, runs: int, warmup: int, trials: int, seed: int) -> dict:
+    """Time two models in alternating trials (A B B A ...) and compare them.
+
+    Alternating in one process puts both under the same machine state, so slow
+    drift (thermal throttling, a neighbour's job) hits both; the ratio per trial
+    pair cancels it, and its median gets a bootstrap 95% interval.
+    """
+    per_trial = max(1, runs // trials)
+    for _ in range(warmup):
+        fa()
+        fb()
+    ta, tb = [], []
+    for i in range(trials):
+        order = ((ta, fa), (tb, fb)) if i % 2 == 0 else ((tb, fb), (ta, fa))
+        for sink, fn in order:
+            sink.append(time_runs(fn, per_trial, 0))
+    ratios = [statistics.median(tb[i]) / statistics.median(ta[i]) for i in range(trials)]
+    lo, hi = bootstrap_ci(ratios, seed)
+    return {
+        "a": trial_stats(ta),
+        "b": trial_stats(tb),
+        "ratio_b_over_a": statistics.median(ratios),
+        "ratio_ci95": [lo, hi],
+        "trial_ratios": ratios,
+    }
+
+
 def end_to_end(
     session,
     tokenizer_path: str,
@@ -112,7 +185,8 @@ def end_to_end(
     special: bool,
     runs: int,
     warmup: int,
-) -> dict[str, float]:
+    trials: int,
+) -> dict:
     """Tokenize + infer one text at a time, cycling through `texts`."""
     import numpy as np
     from tokenizers import Tokenizer
@@ -144,55 +218,94 @@ def end_to_end(
             feed["token_type_ids"] = np.array([types], dtype=np.int64)
         session.run(None, {k: v for k, v in feed.items() if k in names})
 
-    return summarize(time_runs(one, runs, warmup))
+    return trial_stats(timed_trials(one, runs, warmup, trials))
+
+
+def open_session(ort, path: str, threads: int, provider: str):
+    if provider not in ort.get_available_providers():
+        raise SystemExit(
+            f"execution provider {provider} is not in this onnxruntime build "
+            f"({', '.join(ort.get_available_providers())}); fix the device spec"
+        )
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    providers = [provider] + (
+        ["CPUExecutionProvider"] if provider != "CPUExecutionProvider" else []
+    )
+    t = time.perf_counter()
+    session = ort.InferenceSession(path, options, providers=providers)
+    return session, (time.perf_counter() - t) * 1000.0
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--runs", type=int, default=200)
+    p.add_argument("--runs", type=int, default=200, help="timed runs in all, split into trials")
+    p.add_argument("--trials", type=int, default=5)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--vocab-size", type=int, default=1000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cpu-affinity", help="comma-separated cores to pin this process to")
+    p.add_argument("--provider", default="CPUExecutionProvider")
+    p.add_argument("--vs", help="a second model, timed alternately with --model")
+    p.add_argument("--vs-vocab-size", type=int, default=None)
     p.add_argument("--texts", help="file of texts, one per line, for end-to-end timing")
     p.add_argument("--tokenizer", help="tokenizer.json for end-to-end timing")
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--special-tokens", action="store_true")
+    p.add_argument("--out", help="also write the JSON here")
     args = p.parse_args(argv)
 
     import numpy as np  # noqa: F401  (fail here, clearly, if numpy is missing)
     import onnxruntime as ort
 
+    if args.cpu_affinity:  # pin before the session creates its thread pool
+        os.sched_setaffinity(0, {int(c) for c in args.cpu_affinity.split(",")})
     rss_before = peak_rss_mb()
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = args.threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    t = time.perf_counter()
-    session = ort.InferenceSession(args.model, options, providers=["CPUExecutionProvider"])
-    load_ms = (time.perf_counter() - t) * 1000.0
+    session, load_ms = open_session(ort, args.model, args.threads, args.provider)
     feed = synthetic_feed(session, args.seq_len, args.vocab_size, args.seed)
-    ms = time_runs(lambda: session.run(None, feed), args.runs, args.warmup)
     result = {
         "model": os.path.abspath(args.model),
         "bytes": os.path.getsize(args.model),
         "threads": args.threads,
+        "cpu_affinity": sorted(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else None,
+        "provider": session.get_providers()[0],
         "runs": args.runs,
         "warmup": args.warmup,
         "seq_len": args.seq_len,
         "batch": 1,
-        **summarize(ms),
-        "load_ms": load_ms,
-        "onnxruntime": ort.__version__,
-        "cpu": cpu_model(),
-        "machine": platform.machine(),
     }
-    if args.texts and args.tokenizer:
+    if args.vs:
+        other, other_load = open_session(ort, args.vs, args.threads, args.provider)
+        vocab = args.vs_vocab_size or args.vocab_size
+        other_feed = synthetic_feed(other, args.seq_len, vocab, args.seed)
+        cmp = alternate(
+            lambda: session.run(None, feed),
+            lambda: other.run(None, other_feed),
+            args.runs,
+            args.warmup,
+            args.trials,
+            args.seed,
+        )
+        result.update(cmp.pop("a"), load_ms=load_ms)
+        cmp["b"].update(
+            model=os.path.abspath(args.vs), bytes=os.path.getsize(args.vs), load_ms=other_load
+        )
+        result["vs"] = cmp
+    else:
+        ms = timed_trials(lambda: session.run(None, feed), args.runs, args.warmup, args.trials)
+        result.update(trial_stats(ms), load_ms=load_ms)
+    result.update(onnxruntime=ort.__version__, cpu=cpu_model(), machine=platform.machine())
+    if args.texts and args.tokenizer and not args.vs:
         with open(args.texts, encoding="utf-8") as f:
             texts = [line.rstrip("\n") for line in f if line.strip()]
-        e2e = end_to_end(
+        result["end_to_end"] = end_to_end(
             session,
             args.tokenizer,
             texts,
@@ -200,10 +313,13 @@ def main(argv: list[str] | None = None) -> dict:
             args.special_tokens,
             args.runs,
             args.warmup,
+            args.trials,
         )
-        result["end_to_end"] = e2e
     result["peak_rss_mb"] = peak_rss_mb()
     result["rss_before_load_mb"] = rss_before
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(result, f)
     return result
 
 

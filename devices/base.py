@@ -1,8 +1,16 @@
-"""`Device`: a spec (what and where) and a runner (how the agent gets there)."""
+"""`Device`: a spec (what and where) and a runner (how the agent gets there).
+
+Every runner runs the same `agent.py`; only the transport differs. A remote
+runner stages the agent and its input files under fixed names in a fresh temp
+folder on the target, so no command it sends ever contains a user's path.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import contextlib
+import json
+import subprocess
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydantic import Field
@@ -13,6 +21,7 @@ from edgekd.registry import DEVICES
 
 SPEC_DIR = Path(__file__).parent / "specs"
 AGENT = Path(__file__).parent / "agent.py"
+STAGED_SUFFIX = {"model": ".onnx", "vs": ".onnx", "texts": ".txt", "tokenizer": ".json"}
 
 
 class DeviceSpec(StrictModel):
@@ -21,6 +30,9 @@ class DeviceSpec(StrictModel):
     runner: str = Field("local", description="Registered runner that carries the agent.")
     threads: int = Field(1, ge=1, description="Intra-op threads unless --threads overrides.")
     cpu_affinity: list[int] | None = Field(None, description="Cores to pin the agent to.")
+    provider: str = Field(
+        "CPUExecutionProvider", description="onnxruntime execution provider on the target."
+    )
     preset: str = Field(
         "auto",
         pattern="^(auto|avx2|avx512_vnni|arm64)$",
@@ -29,6 +41,26 @@ class DeviceSpec(StrictModel):
     cpu_flags: list[str] | None = Field(
         None, description="The target's CPU flags (/proc/cpuinfo), for preset auto."
     )
+    budget: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Default limits for this device (budget fields); a budget file's "
+        "`devices:` entry for it takes precedence.",
+    )
+    # Remote runners (ssh, adb).
+    host: str | None = Field(None, description="ssh: host name or address.")
+    user: str | None = Field(None, description="ssh: login user (default: yours).")
+    port: int = Field(22, ge=1, le=65535, description="ssh: port.")
+    identity_file: str | None = Field(None, description="ssh: private key file.")
+    known_hosts: str = Field(
+        "~/.ssh/known_hosts", description="ssh: host keys; the host's key must be in it."
+    )
+    serial: str | None = Field(None, description="adb: device serial (adb devices).")
+    adb: str = Field("adb", description="adb: the adb executable.")
+    python: str = Field("python3", description="Python on the target, with onnxruntime + numpy.")
+    remote_root: str = Field(
+        "/tmp", description="Folder on the target under which a temp folder is made."
+    )
+    timeout_s: float = Field(900, gt=0, description="Limit per remote command, seconds.")
 
     def int8_preset(self) -> str:
         """The preset `edgekd export --device` uses for this target."""
@@ -39,22 +71,95 @@ class DeviceSpec(StrictModel):
         machine = "aarch64" if {"asimd", "fp"} & set(self.cpu_flags) else "x86_64"
         return detect_preset(set(self.cpu_flags), machine)[0]
 
+    def agent_args(self) -> list[str]:
+        """Agent flags that come from the spec rather than from the caller."""
+        args = ["--provider", self.provider]
+        if self.cpu_affinity:
+            args += ["--cpu-affinity", ",".join(str(c) for c in self.cpu_affinity)]
+        return args
+
 
 class Device:
-    """Runs `agent.py` on the target with `args` and returns its JSON."""
+    """Runs `agent.py` on the target and returns its JSON.
+
+    Subclasses implement `run_agent`; `files` maps agent flags (`model`, `vs`,
+    `texts`, `tokenizer`) to local files the agent reads.
+    """
 
     def __init__(self, spec: DeviceSpec) -> None:
         self.spec = spec
 
-    def run_agent(self, model: Path, args: list[str], files: dict[str, Path]) -> dict[str, Any]:
+    def run_agent(self, files: dict[str, Path], args: list[str]) -> dict[str, Any]:
         raise NotImplementedError
+
+
+class RemoteDevice(Device):
+    """Stage, run, fetch, clean up: the transport-independent half of ssh and adb."""
+
+    def make_dir(self) -> PurePosixPath:
+        raise NotImplementedError
+
+    def push(self, local: Path, remote: PurePosixPath) -> None:
+        raise NotImplementedError
+
+    def shell(self, argv: list[str]) -> str:
+        """Run `argv` on the target (each element quoted there) and return stdout."""
+        raise NotImplementedError
+
+    def fetch(self, remote: PurePosixPath) -> str:
+        raise NotImplementedError
+
+    def run_agent(self, files: dict[str, Path], args: list[str]) -> dict[str, Any]:
+        folder = self.make_dir()
+        try:
+            agent = folder / "agent.py"
+            self.push(AGENT, agent)
+            cmd = [self.spec.python, str(agent), *args, *self.spec.agent_args()]
+            for flag, path in files.items():
+                # Fixed names on the target: a user's file name never reaches a shell.
+                remote = folder / f"{flag}{STAGED_SUFFIX.get(flag, '.bin')}"
+                self.push(path, remote)
+                cmd += [f"--{flag}", str(remote)]
+            out = folder / "result.json"
+            self.shell([*cmd, "--out", str(out)])
+            result: dict[str, Any] = json.loads(self.fetch(out))
+        finally:
+            self.shell(["rm", "-rf", str(folder)])
+        result["remote_model"] = result["model"]
+        result["model"] = str(files["model"].resolve())
+        if "vs" in result:
+            result["vs"]["b"]["model"] = str(files["vs"].resolve())
+        return result
+
+
+def run_command(
+    argv: list[str], what: str, timeout: float, fix: str = "", stdin: Path | None = None
+) -> str:
+    """Run a transport command (no shell); a failure is one line naming the fix."""
+    try:
+        with open(stdin, "rb") if stdin else contextlib.nullcontext() as f:
+            proc = subprocess.run(argv, stdin=f, capture_output=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        raise EdgeKDError(f"{argv[0]} is not installed or not on PATH; install it") from None
+    except subprocess.TimeoutExpired:
+        raise EdgeKDError(
+            f"{what} took over {timeout:.0f} s; raise timeout_s in the spec"
+        ) from None
+    stdout = proc.stdout.decode("utf-8", "replace")
+    if proc.returncode != 0:
+        stderr = proc.stderr.decode("utf-8", "replace")
+        lines = stderr.strip().splitlines() or stdout.strip().splitlines()
+        last = lines[-1] if lines else f"exit status {proc.returncode}"
+        raise EdgeKDError(f"{what} failed: {last}" + (f"; {fix}" if fix else ""))
+    return stdout
 
 
 def packaged_devices() -> list[str]:
     return sorted(p.stem for p in SPEC_DIR.glob("*.yaml"))
 
 
-def load_spec(name_or_path: str) -> DeviceSpec:
+def load_spec(name_or_path: str, **overrides: Any) -> DeviceSpec:
+    """A packaged spec by name or a YAML file, with `overrides` (e.g. host) applied."""
     path = Path(name_or_path)
     if not path.is_file():
         path = SPEC_DIR / f"{name_or_path}.yaml"
@@ -63,12 +168,20 @@ def load_spec(name_or_path: str) -> DeviceSpec:
                 f"unknown device {name_or_path!r}; valid names: "
                 f"{', '.join(packaged_devices())}, or a path to a YAML spec"
             )
-    spec = validate(DeviceSpec, load_yaml(path), str(path))
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise EdgeKDError(f"{path} must be a YAML mapping (name, runner, ...); fix the file", 2)
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    spec = validate(DeviceSpec, data, str(path))
+    if spec.budget:
+        from edgekd.budget import Budget
+
+        validate(Budget, spec.budget, f"{path}: budget")
     if spec.runner not in DEVICES:
         DEVICES.get(spec.runner)  # raises, listing valid runners
     return spec
 
 
-def load_device(name_or_path: str) -> Device:
-    spec = load_spec(name_or_path)
+def load_device(name_or_path: str, **overrides: Any) -> Device:
+    spec = load_spec(name_or_path, **overrides)
     return DEVICES.get(spec.runner)(spec)  # type: ignore[no-any-return]

@@ -63,23 +63,30 @@ def profile_model(
     warmup: int = 20,
     seq_len: int = 64,
     texts: list[Any] | None = None,
+    trials: int = 5,
+    vs: str | Path | None = None,
+    host: str | None = None,
 ) -> dict[str, Any]:
-    """Run the agent on `device` and time tokenize+infer end to end.
+    """Run the agent on `device`: `runs` timed calls in `trials` trials after `warmup`.
 
-    End-to-end timing cycles through `texts`; without them, through synthetic texts
-    of `seq_len` words drawn from the model's own vocabulary.
+    Alone, a model is also timed tokenize+infer end to end, cycling through
+    `texts` (without them, synthetic texts of `seq_len` words from its own
+    vocabulary). With `vs`, both models are timed alternately on synthetic
+    `seq_len`-token inputs and the result holds their ratio (`vs`).
     """
-    dev = load_device(device)
-    model = Path(model)
-    if not model.is_file():
-        raise EdgeKDError(f"{model} does not exist; pass an .onnx file from `edgekd export`")
+    dev = load_device(device, host=host)
+    files = {"model": existing(model)}
     threads = threads or dev.spec.threads
-    info = tokenizer_info(model)
+    if runs < trials:
+        raise EdgeKDError(f"--runs {runs} is fewer than --trials {trials}; raise --runs")
+    info = tokenizer_info(files["model"])
     args = [
         "--threads",
         str(threads),
         "--runs",
         str(runs),
+        "--trials",
+        str(trials),
         "--warmup",
         str(warmup),
         "--seq-len",
@@ -88,17 +95,27 @@ def profile_model(
         str(info["vocab_size"] if info else 1000),
     ]
     with tempfile.TemporaryDirectory() as tmp:
-        files: dict[str, Path] = {}
-        if info and not texts:
-            texts = synthetic_texts(info["tokenizer"], seq_len)
-        if texts and info:
-            files = {"texts": Path(tmp) / "texts.txt", "tokenizer": info["tokenizer"]}
+        if vs is not None:
+            files["vs"] = existing(vs)
+            other = tokenizer_info(files["vs"])
+            args += ["--vs-vocab-size", str(other["vocab_size"] if other else 1000)]
+        elif info:
+            texts = texts or synthetic_texts(info["tokenizer"], seq_len)
+            files["texts"] = Path(tmp) / "texts.txt"
             files["texts"].write_text(
                 "\n".join(one_line(t) for t in texts) + "\n", encoding="utf-8"
             )
+            files["tokenizer"] = info["tokenizer"]
             args += ["--max-length", str(info["max_length"])]
             if info["special"]:
                 args.append("--special-tokens")
-        result = dev.run_agent(model, args, files)
+        result = dev.run_agent(files, args)
     result["device"] = dev.spec.name
     return result
+
+
+def existing(model: str | Path) -> Path:
+    path = Path(model)
+    if not path.is_file():
+        raise EdgeKDError(f"{path} does not exist; pass an .onnx file from `edgekd export`")
+    return path

@@ -45,16 +45,21 @@ class Budget(StrictModel):
         description="Per-device overrides of any field above, by device name.",
     )
 
-    def for_device(self, name: str | None) -> Budget:
-        """The budget for device `name`: shared limits, then that device's overrides."""
+    def for_device(self, name: str | None, defaults: dict[str, Any] | None = None) -> Budget:
+        """The budget for device `name`: shared limits, then that device's overrides.
+
+        `defaults` (a device spec's own `budget:`) stand in when this budget has no
+        entry for `name`.
+        """
         if name is None:
             return self
-        if name not in self.devices:
+        if name not in self.devices and defaults is None:
             valid = ", ".join(self.devices) or "none"
             raise EdgeKDError(
                 f"the budget has no device {name!r} (devices: {valid}); fix --device", 2
             )
-        fields = {**self.model_dump(exclude={"devices"}), **self.devices[name], "device": name}
+        override = self.devices.get(name, defaults or {})
+        fields = {**self.model_dump(exclude={"devices"}), **override, "device": name}
         return validate(Budget, fields, f"budget for device {name}")
 
 

@@ -488,10 +488,17 @@ def predict(
 def profile(
     model: Path = typer.Argument(..., help="ONNX file."),
     device: str = typer.Option("local-cpu", help="Device name or YAML spec path."),
+    host: str | None = typer.Option(None, help="[USER@]HOST for an ssh device."),
     threads: int | None = typer.Option(None, help="Intra-op threads (default: the device's)."),
-    runs: int = typer.Option(200, help="Timed runs after warm-up."),
+    runs: int = typer.Option(200, help="Timed runs in all, split into --trials."),
+    trials: int = typer.Option(5, help="Trials; p50/p90 are medians of the trials' own."),
     warmup: int = typer.Option(20, help="Untimed runs first."),
-    seq_len: int = typer.Option(64, help="Tokens per synthetic input."),
+    seq_len: str = typer.Option(
+        "64", help="Tokens per synthetic input; a list (16,32,64,128) sweeps lengths."
+    ),
+    vs: Path | None = typer.Option(
+        None, "--vs", help="Time this second model alternately with MODEL; report the ratio."
+    ),
     data: str | None = typer.Option(None, "--data", help="Dev texts for end-to-end timing."),
     text_column: str | None = TEXT_COL,
     text_pair_column: str | None = PAIR_COL,
@@ -501,6 +508,10 @@ def profile(
     from edgekd.devices.profile import profile_model
     from edgekd.io import write_json
 
+    try:
+        lengths = [int(n) for n in seq_len.split(",")]
+    except ValueError:
+        raise EdgeKDError(f"--seq-len {seq_len!r}: give integers, e.g. 64 or 16,32,64") from None
     texts = None
     if data:
         from edgekd.config import DataConfig
@@ -509,10 +520,32 @@ def profile(
         texts = load_task(
             DataConfig(spec=data, text_column=text_column, text_pair_column=text_pair_column)
         ).dev.texts
-    r = profile_model(model, device, threads, runs, warmup, seq_len, texts)
-    print_profile(r)
+    results = [
+        profile_model(model, device, threads, runs, warmup, n, texts, trials, vs, host)
+        for n in progress_iter(lengths, "profiling", len(lengths) > 1)
+    ]
+    if len(results) > 1:
+        print_sweep(results)
+    for r in results if len(results) == 1 else []:
+        print_vs(r) if vs else print_profile(r)
+    for r in results:
+        if r.get("noisy") or (vs and r["vs"]["b"]["noisy"]):
+            typer.echo(
+                f"warning: trial medians at seq {r['seq_len']} spread "
+                f"{100 * r['trial_spread']:.0f}% (> 10%): the machine was busy; "
+                "rerun on an idle machine or raise --runs",
+                err=True,
+            )
     if json_out:
-        write_json(json_out, r)
+        write_json(json_out, results[0] if len(results) == 1 else {"sweep": results})
+
+
+def progress_iter(items: list[Any], what: str, show: bool) -> Any:
+    if not show:
+        return items
+    from edgekd.progress import track
+
+    return track(items, what)
 
 
 def print_profile(r: dict[str, Any]) -> None:
@@ -521,9 +554,9 @@ def print_profile(r: dict[str, Any]) -> None:
 
     table = Table(
         title=f"{Path(r['model']).name} on {r['device']} ({r['cpu']}), "
-        f"{r['threads']} thread(s), batch 1, seq {r['seq_len']}"
+        f"{r['threads']} thread(s), batch 1, seq {r['seq_len']}, {r['trials']} trials"
     )
-    for col in ("", "p50 ms", "p90 ms", "p99 ms", "mean ms", "per s"):
+    for col in ("", "p50 ms", "p90 ms", "p99 ms", "IQR ms", "spread", "per s"):
         table.add_column(col, justify="right")
     rows = [("infer", r)]
     if "end_to_end" in r:
@@ -531,13 +564,66 @@ def print_profile(r: dict[str, Any]) -> None:
     for name, m in rows:
         table.add_row(
             name,
-            *(f"{m[k]:.3f}" for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")),
+            *(f"{m[k]:.3f}" for k in ("p50_ms", "p90_ms", "p99_ms", "iqr_ms")),
+            f"{100 * m['trial_spread']:.1f}%",
             f"{m['throughput_per_s']:.0f}",
         )
     Console().print(table)
     typer.echo(
         f"load {r['load_ms']:.1f} ms, peak RSS {r['peak_rss_mb']:.1f} MB, "
         f"file {r['bytes']:,} B, onnxruntime {r['onnxruntime']}"
+    )
+
+
+def print_sweep(results: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    r0 = results[0]
+    table = Table(title=f"{Path(r0['model']).name} on {r0['device']}, {r0['threads']} thread(s)")
+    for col in ("seq len", "p50 ms", "p90 ms", "IQR ms", "spread", "e2e p50 ms"):
+        table.add_column(col, justify="right")
+    for r in results:
+        e2e = r.get("end_to_end", {}).get("p50_ms")
+        table.add_row(
+            str(r["seq_len"]),
+            *(f"{r[k]:.3f}" for k in ("p50_ms", "p90_ms", "iqr_ms")),
+            f"{100 * r['trial_spread']:.1f}%",
+            "—" if e2e is None else f"{e2e:.3f}",
+        )
+    Console().print(table)
+
+
+def print_vs(r: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    b = r["vs"]["b"]
+    table = Table(
+        title=f"alternating trials on {r['device']}, {r['threads']} thread(s), "
+        f"seq {r['seq_len']}, {r['trials']} trials each"
+    )
+    for col in ("model", "bytes", "p50 ms", "p90 ms", "IQR ms", "load ms"):
+        table.add_column(col, justify="right")
+    for m in (r, b):
+        table.add_row(
+            Path(m["model"]).name,
+            f"{m['bytes']:,}",
+            *(f"{m[k]:.3f}" for k in ("p50_ms", "p90_ms", "iqr_ms", "load_ms")),
+        )
+    Console().print(table)
+    ratio = r["vs"]["ratio_b_over_a"]
+    lo, hi = r["vs"]["ratio_ci95"]
+    a_name, b_name = Path(r["model"]).name, Path(b["model"]).name
+    typer.echo(
+        f"{b_name} / {a_name} latency: {ratio:.2f}× (95% CI {lo:.2f}–{hi:.2f}); "
+        + (
+            f"{a_name} is faster"
+            if lo > 1
+            else f"{b_name} is faster"
+            if hi < 1
+            else "no clear difference"
+        )
     )
 
 
@@ -573,7 +659,13 @@ def check(
     )
     from edgekd.io import atomic_write_text
 
-    b = load_budget(budget).for_device(device)
+    full = load_budget(budget)
+    defaults = None
+    if device and device not in full.devices:
+        from edgekd.devices.base import load_spec
+
+        defaults = load_spec(device).budget  # the device spec's own default limits
+    b = full.for_device(device, defaults)
     results = evaluate(b, collect_metrics(artifacts, b))
     failed = [r for r in results if not r.passed]
     title = f"edgekd budget: {b.model} model" + (f" on {device}" if device else "")
@@ -624,13 +716,27 @@ def print_check(results: list[Any], model: str) -> None:
 
 @app.command()
 @user_errors
-def devices() -> None:
+def devices(
+    show: str | None = typer.Option(
+        None, "--show", help="Print this spec's YAML (copy it to make your own)."
+    ),
+) -> None:
     """List the packaged device specs."""
-    from edgekd.devices.base import load_spec, packaged_devices
+    from edgekd.devices.base import SPEC_DIR, load_spec, packaged_devices
 
+    if show:
+        load_spec(show)  # unknown names fail with the list of valid ones
+        typer.echo(SPEC_DIR.joinpath(f"{show}.yaml").read_text(), nl=False)
+        return
     for name in packaged_devices():
         spec = load_spec(name)
-        typer.echo(f"{name}: runner={spec.runner} threads={spec.threads} — {spec.description}")
+        where = spec.host or spec.serial or ("set host" if spec.runner == "ssh" else "this machine")
+        if spec.runner == "adb" and not spec.serial:
+            where = "the one attached phone"
+        typer.echo(
+            f"{name}: runner={spec.runner} ({where}) threads={spec.threads} "
+            f"preset={spec.int8_preset()} — {spec.description}"
+        )
 
 
 @app.command()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
+
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -15,6 +18,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.text import Text
+
+T = TypeVar("T")
 
 # Progress goes to stderr so `--json -` style stdout stays machine-readable.
 console = Console(stderr=True)
@@ -40,3 +45,12 @@ def progress_bar() -> Progress:
         console=console,
         transient=False,
     )
+
+
+def track(items: Sequence[T], description: str) -> Iterator[T]:
+    """Yield `items` under a progress bar."""
+    with progress_bar() as bar:
+        task = bar.add_task(description, total=len(items), rate="")
+        for item in items:
+            yield item
+            bar.advance(task)

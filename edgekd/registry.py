@@ -99,4 +99,11 @@ LAYER_LOSSES: Registry[Any] = Registry(
         "alp": "edgekd.distill.layers:ALPLoss",
     },
 )
-DEVICES: Registry[Any] = Registry("device runner", {"local": "edgekd.devices.local:LocalDevice"})
+DEVICES: Registry[Any] = Registry(
+    "device runner",
+    {
+        "local": "edgekd.devices.local:LocalDevice",
+        "ssh": "edgekd.devices.ssh:SshDevice",
+        "adb": "edgekd.devices.adb:AdbDevice",
+    },
+)

@@ -154,3 +154,10 @@ def test_bench_entries_are_smaller_is_better():
         {"name": "int8 bytes", "unit": "B", "value": 5.0},
         {"name": "int8 1 - accuracy", "unit": "ratio", "value": 0.125},
     ]
+
+
+def test_budget_for_device_falls_back_to_the_device_specs_defaults():
+    budget = Budget(max_bytes=100, devices={"pi": {"max_p90_ms": 20}})
+    phone = budget.for_device("android-arm64", defaults={"max_p90_ms": 15, "threads": 2})
+    assert (phone.max_p90_ms, phone.threads, phone.max_bytes) == (15, 2, 100)
+    assert budget.for_device("pi", defaults={"max_p90_ms": 99}).max_p90_ms == 20  # file wins

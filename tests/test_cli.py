@@ -146,7 +146,11 @@ def test_cli_chain_teacher_distill_export_profile_check(tmp_path: Path, tiny_dat
         (["distill", "--out", "{tmp}/s"], 1, "no teacher given"),
         (["distill", "--teacher", "x", "--out", "{tmp}/s", "-s", "oops"], 1, "not key=value"),
         (["profile", "{tmp}/missing.onnx"], 1, "does not exist"),
-        (["profile", "{tmp}/missing.onnx", "--device", "toaster"], 1, "valid names: local-cpu"),
+        (
+            ["profile", "{tmp}/missing.onnx", "--device", "toaster"],
+            1,
+            "valid names: android-arm64, local-cpu",
+        ),
     ],
 )
 def test_cli_bad_input_gives_one_line_error_and_exit_code(tmp_path, args, code, message):
@@ -313,3 +317,46 @@ def test_cli_check_writes_junit_bench_json_and_github_summary(tmp_path, monkeypa
     }  # fmt: skip
     text = summary.read_text()
     assert text.startswith("earlier step\n") and "| min_accuracy | >= 0.9 | 0.85 | FAIL |" in text
+
+
+def test_cli_check_uses_the_device_specs_default_budget(tmp_path):
+    art = tmp_path / "export"
+    art.mkdir()
+    (art / "export.json").write_text(
+        json.dumps({"models": {"int8": {"path": "m.onnx", "bytes": 900, "accuracy": 0.85}}})
+    )
+    (art / "profile-pi.json").write_text(
+        json.dumps({"model": "m.onnx", "threads": 1, "device": "raspberry-pi-4",
+                    "p90_ms": 25.0, "peak_rss_mb": 90.0, "load_ms": 9.0})
+    )  # fmt: skip
+    budget = tmp_path / "b.yaml"
+    budget.write_text("max_bytes: 1000\n")
+    r = invoke("check", art, "--budget", budget, "--device", "raspberry-pi-4", "--json", "-")
+    assert r.exit_code == 1  # the spec's max_p90_ms 20 fails at 25 ms
+    limits = {x["limit"]: x["status"] for x in json.loads(r.stdout)["limits"]}
+    assert limits == {"max_bytes": "pass", "max_p90_ms": "FAIL", "max_peak_rss_mb": "pass"}
+
+
+def test_cli_profile_vs_and_seq_len_sweep(tmp_path):
+    from tests.devices.test_agent import identity_model
+
+    a = identity_model(tmp_path / "a.onnx")
+    b = identity_model(tmp_path / "b.onnx")
+    r = invoke("profile", a, "--vs", b, "--runs", 8, "--trials", 4, "--warmup", 1,
+               "--seq-len", 4, "--json", tmp_path / "vs.json")  # fmt: skip
+    assert r.exit_code == 0 and "b.onnx / a.onnx latency:" in r.stdout and "95% CI" in r.stdout
+    assert json.loads((tmp_path / "vs.json").read_text())["vs"]["trial_ratios"]
+    r = invoke("profile", a, "--runs", 4, "--trials", 2, "--warmup", 0,
+               "--seq-len", "8,16", "--json", tmp_path / "sweep.json")  # fmt: skip
+    assert r.exit_code == 0
+    sweep = json.loads((tmp_path / "sweep.json").read_text())["sweep"]
+    assert [s["seq_len"] for s in sweep] == [8, 16]
+    r = invoke("profile", a, "--seq-len", "8,x")
+    assert r.exit_code == 1 and "give integers" in r.output
+
+
+def test_cli_devices_lists_specs_and_shows_one(tmp_path):
+    r = invoke("devices")
+    assert r.exit_code == 0 and "raspberry-pi-4: runner=ssh" in r.stdout
+    r = invoke("devices", "--show", "android-arm64")
+    assert yaml.safe_load(r.stdout)["runner"] == "adb"

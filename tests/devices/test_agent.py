@@ -23,7 +23,13 @@ KEYS = {
     "load_ms",
     "peak_rss_mb",
     "runs",
+    "trials",
+    "iqr_ms",
+    "trial_spread",
+    "noisy",
     "threads",
+    "cpu_affinity",
+    "provider",
     "onnxruntime",
     "cpu",
     "bytes",
@@ -103,11 +109,15 @@ def test_profile_model_synthesizes_texts_when_none_given(tmp_path, tiny_teacher)
 
 
 def test_load_spec_lists_valid_devices_when_unknown(tmp_path):
-    with pytest.raises(EdgeKDError, match="valid names: local-cpu"):
+    with pytest.raises(
+        EdgeKDError, match="valid names: android-arm64, local-cpu, raspberry-pi-4, x86-server"
+    ):
         load_spec("toaster")
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nrunner: pigeon\n")
-    with pytest.raises(EdgeKDError, match="unknown device runner 'pigeon'; valid names: local"):
+    with pytest.raises(
+        EdgeKDError, match="unknown device runner 'pigeon'; valid names: adb, local, ssh"
+    ):
         load_spec(str(bad))
 
 
@@ -121,3 +131,65 @@ def test_device_spec_picks_its_int8_preset_from_its_cpu_flags(tmp_path):
     assert load_spec(str(spec)).int8_preset() == "avx2"
     spec.write_text("name: x\nrunner: local\npreset: avx512_vnni\n")
     assert load_spec(str(spec)).int8_preset() == "avx512_vnni"
+
+
+def test_trial_stats_reports_median_of_trial_percentiles_and_pooled_iqr():
+    # Trial medians 2, 3, 30 (one trial hit by a burst of load): p50 = their median, 3.
+    # Pooled, sorted: 1,2,2,3,3,4,20,30,40; p25 at index 2 = 2, p75 at index 6 = 20.
+    trials = [[1.0, 2.0, 3.0], [2.0, 3.0, 4.0], [20.0, 30.0, 40.0]]
+    s = agent.trial_stats(trials)
+    assert s["p50_ms"] == 3.0 and s["trial_p50_ms"] == [2.0, 3.0, 30.0]
+    assert s["iqr_ms"] == pytest.approx(20.0 - 2.0)
+    assert s["trial_spread"] == pytest.approx((30 - 2) / 3) and s["noisy"]
+    assert not agent.trial_stats([[1.0, 1.0], [1.05, 1.05]])["noisy"]  # 5% < 10%
+
+
+def test_bootstrap_ci_brackets_the_median_and_is_seeded():
+    values = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6]
+    lo, hi = agent.bootstrap_ci(values, seed=0)
+    assert lo <= 1.3 <= hi
+    assert lo >= 1.0 and hi <= 1.6
+    assert agent.bootstrap_ci(values, seed=0) == (lo, hi)
+    assert agent.bootstrap_ci([2.0] * 5, seed=1) == (2.0, 2.0)
+
+
+def test_alternate_interleaves_trials_abba_and_reports_ratio():
+    calls = []
+    out = agent.alternate(
+        lambda: calls.append("a"), lambda: calls.append("b"), runs=4, warmup=1, trials=4, seed=0
+    )
+    # warm-up a b, then trials of 1 run: A B | B A | A B | B A
+    assert "".join(calls) == "ab" + "abbaabba"
+    assert out["a"]["trials"] == out["b"]["trials"] == 4
+    assert len(out["trial_ratios"]) == 4 and out["ratio_ci95"][0] <= out["ratio_ci95"][1]
+
+
+def test_agent_vs_times_both_models_and_pins_affinity(tmp_path):
+    a = identity_model(tmp_path / "a.onnx")
+    b = identity_model(tmp_path / "b.onnx")
+    r = agent.main(
+        [
+            *("--model", str(a), "--vs", str(b), "--runs", "8", "--trials", "4"),
+            *("--warmup", "1", "--seq-len", "4", "--cpu-affinity", "0"),
+        ]
+    )
+    assert r["cpu_affinity"] == [0]
+    assert r["vs"]["b"]["model"] == str(b) and r["vs"]["b"]["trials"] == 4
+    assert r["vs"]["ratio_b_over_a"] > 0 and set(r) >= KEYS
+
+
+def test_agent_refuses_a_provider_its_onnxruntime_lacks(tmp_path):
+    a = identity_model(tmp_path / "a.onnx")
+    with pytest.raises(SystemExit, match="TensorrtExecutionProvider is not in this onnxruntime"):
+        agent.main(["--model", str(a), "--provider", "TensorrtExecutionProvider"])
+
+
+def test_agent_writes_out_file_when_asked(tmp_path):
+    a = identity_model(tmp_path / "a.onnx")
+    r = agent.main(
+        [
+            *("--model", str(a), "--runs", "5", "--trials", "5", "--warmup", "0"),
+            *("--out", str(tmp_path / "r.json")),
+        ]
+    )
+    assert json.loads((tmp_path / "r.json").read_text()) == r

@@ -1,0 +1,39 @@
+import pytest
+
+from edgekd.budget import Budget
+from edgekd.devices.base import load_spec, packaged_devices
+from edgekd.errors import EdgeKDError
+
+
+def test_packaged_specs_all_load_with_valid_default_budgets():
+    names = packaged_devices()
+    assert {"local-cpu", "x86-server", "raspberry-pi-4", "android-arm64"} <= set(names)
+    for name in names:
+        spec = load_spec(name)
+        assert spec.name == name
+        Budget.model_validate(spec.budget)
+    assert load_spec("raspberry-pi-4").int8_preset() == "arm64"
+    assert load_spec("android-arm64").runner == "adb"
+
+
+def test_load_spec_applies_overrides_like_host():
+    assert load_spec("raspberry-pi-4", host="pi@10.0.0.7").host == "pi@10.0.0.7"
+    assert load_spec("raspberry-pi-4", host=None).host is None  # None means "not given"
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("name: x\nthreads: 0\n", "field 'threads': Input should be greater than or equal to 1"),
+        ("name: x\nbudget: {max_p90_ms: -1}\n", "budget: field 'max_p90_ms'"),
+        ("name: x\nbudget: {max_latency: 3}\n", "field 'max_latency': Extra inputs"),
+        ("name: x\ncolour: red\n", "field 'colour': Extra inputs"),
+        ("- a\n- b\n", "must be a YAML mapping"),
+    ],
+)
+def test_bad_spec_gets_one_line_error(tmp_path, text, match):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(EdgeKDError, match=match) as e:
+        load_spec(str(path))
+    assert "\n" not in str(e.value) and e.value.exit_code == 2
