@@ -100,6 +100,19 @@ class LimitResult:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "passed": self.passed, "status": self.status}
 
+    def threshold_text(self) -> str:
+        return f"{self.op} {show(self.threshold, self.unit)}"
+
+    def measured_text(self) -> str:
+        return "—" if self.measured is None else show(self.measured, self.unit)
+
+
+def show(value: float, unit: str) -> str:
+    """A limit's value for people: bytes in full with separators, others to 4 digits."""
+    if unit == "B":
+        return f"{value:,.0f} B"
+    return f"{value:,.4g} {unit}".strip()
+
 
 def evaluate(budget: Budget, metrics: dict[str, float | None]) -> list[LimitResult]:
     """One result per limit set in `budget`, in declaration order."""
@@ -197,9 +210,7 @@ def markdown_summary(results: list[LimitResult], title: str) -> str:
     lines = [f"### {title}: {verdict}", "", "| limit | threshold | measured | status |"]
     lines.append("|---|---|---|---|")
     for r in results:
-        measured = "—" if r.measured is None else f"{r.measured:,.4g} {r.unit}".strip()
-        threshold = f"{r.op} {r.threshold:,.4g} {r.unit}".strip()
-        lines.append(f"| {r.limit} | {threshold} | {measured} | {r.status} |")
+        lines.append(f"| {r.limit} | {r.threshold_text()} | {r.measured_text()} | {r.status} |")
     return "\n".join(lines) + "\n"
 
 

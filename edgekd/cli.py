@@ -703,15 +703,42 @@ def print_check(results: list[Any], model: str) -> None:
     for col in ("limit", "threshold", "measured", "status"):
         table.add_column(col)
     for r in results:
-        measured = "—" if r.measured is None else f"{r.measured:,.4g} {r.unit}".strip()
         style = "green" if r.passed else "bold red"
         table.add_row(
             r.limit,
-            f"{r.op} {r.threshold:,.4g} {r.unit}".strip(),
-            measured,
+            r.threshold_text(),
+            r.measured_text(),
             f"[{style}]{r.status}[/]",
         )
     Console().print(table)
+
+
+@app.command("run")
+@user_errors
+def run_(
+    recipe: Path = typer.Argument(..., help="Recipe YAML (examples/recipe-*.yaml)."),
+    force: bool = typer.Option(False, "--force", help="Re-run every stage, cache or not."),
+    set_: list[str] | None = typer.Option(
+        None, "--set", "-s", help="Override a field: distill.epochs=2, data.max_train=500."
+    ),
+) -> None:
+    """Run a recipe: teacher → distill → export → profile → check → report, cached by stage."""
+    from edgekd.recipe import run_recipe
+
+    raise typer.Exit(run_recipe(recipe, force, parse_options(set_, "--set")))
+
+
+@app.command()
+@user_errors
+def report(
+    run_dir: Path = typer.Argument(..., help="A run folder (edgekd run, quickstart, ...)."),
+    out: Path | None = typer.Option(None, "--out", help="Folder for the page; RUN_DIR/report."),
+) -> None:
+    """Self-contained HTML page + PNG plots: accuracy vs latency vs size, budgets."""
+    from edgekd.report import write_report
+
+    page = write_report(run_dir, out)
+    typer.echo(f"wrote {page}")
 
 
 @app.command()

@@ -63,7 +63,9 @@ def readme_commands() -> list[list[str]]:
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("&&")[-1].strip()
             if line.startswith("edgekd "):
-                commands.append(shlex.split(line)[1:])
+                words = shlex.split(line, comments=True)
+                ends = [i for i, w in enumerate(words) if w in {">", ">>", "|"}]  # redirections
+                commands.append(words[1 : ends[0] if ends else None])
     return commands
 
 
@@ -81,6 +83,8 @@ def test_readme_edgekd_commands_parse_with_the_real_cli():
         "profile",
         "check",
         "quickstart",
+        "run",
+        "devices",
     }
     for args in commands:
         ctx = group.make_context("edgekd", list(args), resilient_parsing=False)
@@ -94,3 +98,45 @@ def test_distill_config_rejects_unknown_assistant_fields():
 
     with pytest.raises(EdgeKDError, match=r"unknown assistant field\(s\) \['studnet'\]"):
         validate(DistillConfig, {"teacher": "t", "assistant": {"studnet": "bert"}}, "f.yaml")
+
+
+@pytest.mark.parametrize("name", ["recipe-sst2-bilstm.yaml", "recipe-sst2-bert3.yaml"])
+def test_example_recipes_validate(name, monkeypatch):
+    from edgekd.recipe import load_recipe
+
+    monkeypatch.chdir(REPO)  # recipe paths are relative to where edgekd runs
+    recipe = load_recipe(REPO / "examples" / name)
+    assert recipe.teacher.path == "../shared/models/sst2-minilm-teacher"
+    assert recipe.budget_model().max_bytes is not None
+
+
+def test_github_actions_workflow_calls_edgekd_with_valid_options():
+    """Every `edgekd` line in the example workflow parses against the real CLI, and
+    the check step writes the outputs the later steps read."""
+    import shlex
+
+    import yaml
+    from typer.main import get_command
+
+    from edgekd.cli import app
+
+    flow = yaml.safe_load((REPO / "examples" / "github-actions" / "edgekd-budget.yml").read_text())
+    steps = flow["jobs"]["distil-export-check"]["steps"]
+    cli = get_command(app)
+    seen = []
+    for step in steps:
+        for line in step.get("run", "").splitlines():
+            if line.strip().startswith("edgekd "):
+                name, *args = shlex.split(line.replace("\n", " "))[1:]
+                cli.commands[name].make_context(name, args)  # raises on a bad option
+                seen.append(name)
+    assert seen == ["distill", "export", "profile", "check", "report"]
+    check = next(s for s in steps if s.get("id") == "check")["run"]
+    for flag in ("--junit runs/junit.xml", "--github-summary", "--bench-json runs/bench.json"):
+        assert flag in check
+    uses = {s.get("uses", "").split("@")[0]: s for s in steps}
+    assert uses["mikepenz/action-junit-report"]["with"]["report_paths"] == "runs/junit.xml"
+    bench = uses["benchmark-action/github-action-benchmark"]["with"]
+    assert (
+        bench["tool"] == "customSmallerIsBetter" and bench["output-file-path"] == "runs/bench.json"
+    )

@@ -1,0 +1,471 @@
+"""`edgekd run recipe.yaml`: teacher → distill → export → profile → check → report.
+
+A recipe is data (YAML validated by `Recipe`). Each stage writes one folder under
+`out/` and a `.stage.json` holding its cache key: the sha256 of the stage's
+resolved config, the keys of the stages it reads, and the content hashes of
+external inputs (data files, a local teacher, the budget's limits). A rerun skips
+every stage whose key is unchanged, so editing only the budget re-runs only the
+check and the report that shows it. `manifest.json` records versions, input
+hashes, and each stage's key, status and seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from edgekd.budget import Budget, LimitResult, collect_metrics, evaluate, junit_xml, load_budget
+from edgekd.config import (
+    DataConfig,
+    DistillConfig,
+    ExportConfig,
+    StrictModel,
+    TeacherConfig,
+    load_yaml,
+    save_config,
+    validate,
+)
+from edgekd.errors import EdgeKDError
+from edgekd.io import atomic_dir, read_json, sha256_file, write_json
+from edgekd.progress import console
+
+STAGE_FILE = ".stage.json"
+
+
+class TeacherStage(StrictModel):
+    path: str | None = Field(
+        None, description="A fine-tuned classifier (folder or hub id); unset: fine-tune one."
+    )
+    finetune: dict[str, Any] = Field(
+        default_factory=dict,
+        description="`edgekd teacher` fields (base, epochs, ...; data comes from the recipe).",
+    )
+
+
+class ProfileStage(StrictModel):
+    devices: list[str] = Field(default_factory=lambda: ["local-cpu"], min_length=1)
+    hosts: dict[str, str] = Field(default_factory=dict, description="ssh device → [user@]host.")
+    threads: int | None = Field(None, ge=1, description="Unset: each device's own.")
+    runs: int = Field(200, ge=1)
+    trials: int = Field(5, ge=1)
+    warmup: int = Field(20, ge=0)
+    seq_len: int | None = Field(
+        None, ge=1, description="Synthetic input tokens; unset: median dev length (teacher)."
+    )
+    teacher: bool = Field(True, description="Also profile the teacher's fp32 ONNX (baseline).")
+
+
+class Recipe(StrictModel):
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$")
+    out: str | None = Field(None, description="Run folder; default runs/<name>.")
+    seed: int = 0
+    data: DataConfig
+    teacher: TeacherStage = Field(default_factory=TeacherStage)
+    distill: dict[str, Any] = Field(
+        default_factory=dict, description="`edgekd distill` fields (teacher and data excepted)."
+    )
+    variants: dict[str, dict[str, Any]] = Field(
+        default_factory=lambda: {"student": dict[str, Any]()},
+        min_length=1,
+        description="Student variants: name → distill fields that differ (plus `export:`).",
+    )
+    export: ExportConfig = Field(default_factory=ExportConfig)
+    profile: ProfileStage = Field(default_factory=ProfileStage)
+    budget: str | dict[str, Any] = Field(..., description="Budget file path, or limits inline.")
+    report: bool = True
+
+    def out_dir(self) -> Path:
+        return Path(self.out or f"runs/{self.name}")
+
+    def distill_config(self, variant: str, teacher: str) -> DistillConfig:
+        fields = deep_merge(self.distill, self.variants[variant])
+        fields.pop("export", None)
+        for key in ("teacher", "data"):
+            if key in fields:
+                raise EdgeKDError(f"recipe: set `{key}` at the top level, not in distill", 2)
+        fields.setdefault("seed", self.seed)
+        data = self.data.model_copy(update={"seed": self.seed})
+        return validate(
+            DistillConfig,
+            {**fields, "teacher": teacher, "data": data.model_dump()},
+            f"recipe variant {variant}",
+        )
+
+    def export_config(self, variant: str) -> ExportConfig:
+        extra = self.variants[variant].get("export", {})
+        return validate(
+            ExportConfig, deep_merge(self.export.model_dump(), extra), f"variant {variant}"
+        )
+
+    def budget_model(self) -> Budget:
+        if isinstance(self.budget, str):
+            return load_budget(self.budget)
+        return validate(Budget, self.budget, "recipe budget")
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = (
+            deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        )
+    return out
+
+
+def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Recipe:
+    """Read and check a recipe; `overrides` maps dotted fields (distill.epochs) to values."""
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise EdgeKDError(f"{path} must be a YAML mapping (name, data, teacher, ...)", 2)
+    for dotted, value in (overrides or {}).items():
+        *parents, leaf = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise EdgeKDError(f"--set {dotted}: {part} is not a section of the recipe", 2)
+        node[leaf] = value
+    recipe = validate(Recipe, data, str(path))
+    # Every section fails now, before hours of training, not when its stage starts.
+    for variant in recipe.variants:
+        recipe.distill_config(variant, recipe.teacher.path or "teacher")
+        recipe.export_config(variant)
+    if recipe.teacher.path is None:
+        validate(TeacherConfig, recipe.teacher.finetune, f"{path}: teacher.finetune")
+    recipe.budget_model()
+    from edgekd.devices.base import load_spec
+
+    for device in recipe.profile.devices:
+        load_spec(device, host=recipe.profile.hosts.get(device))
+    return recipe
+
+
+# ------------------------------------------------------------------ content hashes
+
+
+def digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def content_hash(spec: str) -> str:
+    """sha256 over a local file or folder's files (names + contents); a hub id hashes
+    as its name (its content cannot be read offline: pin a revision upstream)."""
+    path = Path(spec)
+    if path.is_file():
+        return sha256_file(path)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.parts)
+        return digest([(str(p.relative_to(path)), sha256_file(p)) for p in files])
+    return digest(f"hub:{spec}")
+
+
+def versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for pkg in ("edgekd", "torch", "transformers", "onnx", "onnxruntime", "optimum"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+# ------------------------------------------------------------------ stage runner
+
+
+class Stages:
+    """Runs or skips stages by cache key and keeps the manifest's stage list."""
+
+    def __init__(self, out: Path, force: bool = False) -> None:
+        self.out = out
+        self.force = force
+        self.records: list[dict[str, Any]] = []
+        self.code = versions()["edgekd"]
+
+    def run(
+        self, name: str, folder: Path, inputs: dict[str, Any], fn: Callable[[Path], Any]
+    ) -> str:
+        """Run `fn(folder)` unless `folder` holds a result for the same `inputs`; return the key."""
+        key = digest({"stage": name, "edgekd": self.code, **inputs})
+        marker = folder / STAGE_FILE
+        t = time.perf_counter()
+        if not self.force and marker.is_file() and read_json(marker).get("key") == key:
+            status = "cached"
+            console.print(f"[dim]{name}: unchanged, cached ({folder})[/]")
+        else:
+            console.rule(f"{name}")
+            fn(folder)
+            write_json(marker, {"stage": name, "key": key})
+            status = "ran"
+        self.records.append(
+            {
+                "stage": name,
+                "folder": str(folder.relative_to(self.out)),
+                "key": key,
+                "status": status,
+                "seconds": round(time.perf_counter() - t, 3),
+            }
+        )
+        return key
+
+
+def run_recipe(
+    path: str | Path, force: bool = False, overrides: dict[str, Any] | None = None
+) -> int:
+    """Run `path`'s recipe; return 0 if every budget check passed, else 1."""
+    from edgekd.devices.base import load_spec
+
+    recipe = load_recipe(path, overrides)
+    out = recipe.out_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    stages = Stages(out, force)
+    inputs = {"data": content_hash(recipe.data.spec)}
+
+    # 1. teacher: given, or fine-tuned here.
+    if recipe.teacher.path is not None:
+        teacher = recipe.teacher.path
+        teacher_key = inputs["teacher"] = content_hash(teacher)
+    else:
+        tcfg = validate(
+            TeacherConfig,
+            {
+                "seed": recipe.seed,
+                **recipe.teacher.finetune,
+                "data": deep_merge(
+                    recipe.data.model_dump(), recipe.teacher.finetune.get("data", {})
+                ),
+            },
+            "teacher.finetune",
+        )
+        teacher = str(out / "teacher")
+        teacher_key = stages.run(
+            "teacher",
+            out / "teacher",
+            {"config": tcfg.model_dump(), "data": inputs["data"]},
+            partial(finetune_teacher, tcfg),
+        )
+
+    # 2-3. each variant: distill, export.
+    export_keys: dict[str, str] = {}
+    for variant in recipe.variants:
+        dcfg = recipe.distill_config(variant, teacher)
+        ecfg = recipe.export_config(variant)
+        vdir = out / variant
+        dkey = stages.run(
+            f"distill {variant}",
+            vdir / "student",
+            {
+                "config": dcfg.model_dump(exclude={"teacher"}),
+                "teacher": teacher_key,
+                "data": inputs["data"],
+            },
+            partial(distill, dcfg),
+        )
+        export_keys[variant] = stages.run(
+            f"export {variant}",
+            vdir / "export",
+            {"config": ecfg.model_dump(), "student": dkey},
+            partial(export, vdir / "student", ecfg),
+        )
+
+    # 4. profile: the teacher's ONNX (baseline) and every variant, on every device.
+    pcfg = recipe.profile
+    specs = {d: load_spec(d, host=pcfg.hosts.get(d)) for d in pcfg.devices}
+    pinputs = {"config": pcfg.model_dump(), "specs": {d: s.model_dump() for d, s in specs.items()}}
+    seq_len = pcfg.seq_len or median_length(teacher, recipe.data)
+    profile_keys: dict[str, str] = {}
+    if pcfg.teacher:
+        tokey = stages.run(
+            "teacher onnx",
+            out / "teacher-onnx",
+            {"teacher": teacher_key, "dtype": "fp32"},
+            partial(export_teacher_onnx, teacher),
+        )
+        profile_keys["teacher"] = stages.run(
+            "profile teacher",
+            out / "teacher-profile",
+            {**pinputs, "model": tokey, "seq_len": seq_len},
+            partial(profile_models, [out / "teacher-onnx" / "model.onnx"], recipe, seq_len),
+        )
+    for variant, ekey in export_keys.items():
+        models = exported_models(out / variant / "export")
+        profile_keys[variant] = stages.run(
+            f"profile {variant}",
+            out / variant / "profile",
+            {**pinputs, "export": ekey, "seq_len": seq_len},
+            partial(profile_models, models, recipe, seq_len),
+        )
+
+    # 5. check every variant on every device.
+    budget = recipe.budget_model()
+    passed = True
+    check_keys = []
+    for variant in recipe.variants:
+        vdir = out / variant
+        folder = vdir / "check"
+        check_keys.append(
+            stages.run(
+                f"check {variant}",
+                folder,
+                {
+                    "budget": budget.model_dump(),
+                    "export": export_keys[variant],
+                    "profile": profile_keys[variant],
+                    "defaults": {d: s.budget for d, s in specs.items()},
+                },
+                partial(check, budget, [vdir / "export", vdir / "profile"], specs, pcfg.threads),
+            )
+        )
+        passed &= all(c["passed"] for c in checks_of(folder))
+
+    # 6. report.
+    if recipe.report:
+        from edgekd.report import write_report
+
+        stages.run(
+            "report",
+            out / "report",
+            {"checks": check_keys, "profiles": profile_keys, "exports": export_keys},
+            partial(write_report, out),
+        )
+
+    write_json(
+        out / "manifest.json",
+        {
+            "recipe": str(Path(path)),
+            "recipe_sha256": sha256_file(path),
+            "overrides": overrides or {},
+            "resolved": recipe.model_dump(),
+            "versions": versions(),
+            "inputs": inputs,
+            "seq_len": seq_len,
+            "stages": stages.records,
+            "passed": passed,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+            "seconds": round(time.time() - started, 1),
+        },
+    )
+    return 0 if passed else 1
+
+
+# ------------------------------------------------------------------ stage bodies
+
+
+def finetune_teacher(cfg: TeacherConfig, folder: Path) -> None:
+    from edgekd.data import load_task
+    from edgekd.teacher import finetune
+
+    with atomic_dir(folder) as tmp:
+        metrics = finetune(cfg, load_task(cfg.data), tmp)
+        save_config(cfg, tmp / "config.yaml")
+        write_json(tmp / "metrics.json", metrics)
+
+
+def distill(cfg: DistillConfig, folder: Path) -> None:
+    from edgekd.distill.trainer import run_distill
+
+    run_distill(cfg, folder)
+
+
+def export(student: Path, cfg: ExportConfig, folder: Path) -> None:
+    from edgekd.exporters.run import run_export
+
+    run_export(student, folder, cfg)
+
+
+def export_teacher_onnx(teacher: str, folder: Path) -> None:
+    from edgekd.exporters.teacher import export_teacher
+
+    export_teacher(teacher, folder)
+
+
+def exported_models(export_dir: Path) -> list[Path]:
+    report = read_json(export_dir / "export.json")
+    return [export_dir / m["path"] for m in report["models"].values()]
+
+
+def median_length(teacher: str, data: DataConfig) -> int:
+    """Median dev length in teacher tokens: the inputs this task will really see."""
+    import statistics
+
+    from transformers import AutoTokenizer
+
+    from edgekd.data import load_task
+
+    tok = AutoTokenizer.from_pretrained(teacher)
+    dev = load_task(data).dev.texts
+    lengths = [len(tok(*([t] if isinstance(t, str) else list(t)))["input_ids"]) for t in dev[:2000]]
+    return int(statistics.median(lengths))
+
+
+def profile_models(models: list[Path], recipe: Recipe, seq_len: int, folder: Path) -> None:
+    from edgekd.data import load_task
+    from edgekd.devices.profile import profile_model
+
+    p = recipe.profile
+    texts = load_task(recipe.data).dev.texts
+    with atomic_dir(folder) as tmp:
+        for device in p.devices:
+            for model in models:
+                r = profile_model(
+                    model,
+                    device,
+                    p.threads,
+                    p.runs,
+                    p.warmup,
+                    seq_len,
+                    texts,
+                    p.trials,
+                    host=p.hosts.get(device),
+                )
+                console.print(
+                    f"{device} {model.name}: p50 {r['p50_ms']:.3f} ms, p90 {r['p90_ms']:.3f} ms"
+                    + (" [yellow](noisy)[/]" if r["noisy"] else "")
+                )
+                write_json(tmp / f"profile-{device}-{model.stem}.json", r)
+
+
+def check(
+    budget: Budget, dirs: list[Path], specs: dict[str, Any], threads: int | None, folder: Path
+) -> None:
+    """One check per device; JSON + JUnit per device, like `edgekd check` writes."""
+    from edgekd.cli import print_check
+
+    with atomic_dir(folder) as tmp:
+        for device, spec in specs.items():
+            b = budget.for_device(device, spec.budget)
+            explicit = (
+                "threads" in budget.model_fields_set
+                or "threads" in budget.devices.get(device, {})
+                or "threads" in spec.budget
+            )
+            if not explicit:  # latency limits apply at the threads the profile ran with
+                b = b.model_copy(update={"threads": threads or spec.threads})
+            results: list[LimitResult] = evaluate(b, collect_metrics(dirs, b))
+            print_check(results, f"{b.model}, {device}")
+            write_json(
+                tmp / f"check-{device}.json",
+                {
+                    "model": b.model,
+                    "device": device,
+                    "passed": all(r.passed for r in results),
+                    "limits": [r.to_dict() for r in results],
+                },
+            )
+            (tmp / f"junit-{device}.xml").write_text(
+                junit_xml(results, f"edgekd budget: {b.model} model on {device}")
+            )
+
+
+def checks_of(folder: Path) -> list[dict[str, Any]]:
+    return [read_json(p) for p in sorted(folder.glob("check-*.json"))]

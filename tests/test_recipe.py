@@ -1,0 +1,113 @@
+"""`edgekd run`: every stage once, then only what a change touches."""
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edgekd.errors import EdgeKDError
+from edgekd.recipe import content_hash, load_recipe, run_recipe
+
+
+def write_recipe(tmp_path: Path, teacher: Path, data: Path, budget: dict, **extra) -> Path:
+    recipe = {
+        "name": "tiny",
+        "out": str(tmp_path / "run"),
+        "data": {"spec": str(data)},
+        "teacher": {"path": str(teacher)},
+        "distill": {"epochs": 1, "student_options": {"embedding_dim": 16, "hidden_size": 8,
+                                                     "mlp_size": 16}},
+        "variants": {"small": {}, "tiny": {"student_options": {"hidden_size": 4}}},
+        "export": {"guard": False},
+        "profile": {"runs": 6, "trials": 2, "warmup": 1, "seq_len": 8},
+        "budget": budget,
+        **extra,
+    }  # fmt: skip
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def statuses(run: Path) -> dict[str, str]:
+    manifest = json.loads((run / "manifest.json").read_text())
+    return {s["stage"]: s["status"] for s in manifest["stages"]}
+
+
+def test_run_recipe_caches_stages_and_reruns_only_what_changed(tmp_path, tiny_teacher, tiny_data):
+    run = tmp_path / "run"
+    recipe = write_recipe(tmp_path, tiny_teacher, tiny_data, {"max_bytes": 10_000_000})
+    assert run_recipe(recipe) == 0
+    first = statuses(run)
+    assert set(first.values()) == {"ran"}
+    assert set(first) == {
+        "distill small", "export small", "distill tiny", "export tiny", "teacher onnx",
+        "profile teacher", "profile small", "profile tiny", "check small", "check tiny", "report",
+    }  # fmt: skip
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["versions"]["onnxruntime"] and manifest["inputs"]["data"]
+    assert (run / "report" / "report.html").is_file()
+
+    # The same recipe again: nothing runs.
+    assert run_recipe(recipe) == 0
+    assert set(statuses(run).values()) == {"cached"}
+
+    # Only the budget changes: only the checks (and the report showing them) re-run;
+    # a limit the students miss makes the run exit 1 and JUnit name it.
+    recipe = write_recipe(tmp_path, tiny_teacher, tiny_data, {"max_bytes": 1000})
+    assert run_recipe(recipe) == 1
+    again = statuses(run)
+    ran = {stage for stage, status in again.items() if status == "ran"}
+    assert ran == {"check small", "check tiny", "report"}
+    suite = ET.parse(run / "small" / "check" / "junit-local-cpu.xml").getroot()
+    failure = suite.find("testcase[@name='max_bytes']/failure")
+    assert failure is not None and "limit <= 1000 B" in failure.get("message")
+
+    # One variant's student config changes: that variant's chain re-runs, not the other's.
+    text = recipe.read_text().replace("hidden_size: 4", "hidden_size: 6")
+    recipe.write_text(text)
+    ran = {s for s, st in (run_recipe(recipe), statuses(run))[1].items() if st == "ran"}
+    assert ran == {"distill tiny", "export tiny", "profile tiny", "check tiny", "report"}
+
+
+def test_content_hash_follows_file_contents(tmp_path):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "train.tsv").write_text("a\t1\n")
+    before = content_hash(str(folder))
+    (folder / "train.tsv").write_text("a\t0\n")
+    assert content_hash(str(folder)) != before
+    assert content_hash("glue/sst2") == content_hash("glue/sst2")  # a hub id: its name
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        ({"distill": {"epochs": 0}}, "variant small: field 'epochs'"),
+        ({"distill": {"teacher": "x"}}, "set `teacher` at the top level"),
+        ({"budget": {"max_bites": 3}}, "field 'max_bites'"),
+        ({"profile": {"devices": ["toaster"]}}, "unknown device 'toaster'"),
+        ({"colour": "red"}, "field 'colour': Extra inputs"),
+    ],
+)
+def test_bad_recipe_fails_before_any_stage(tmp_path, tiny_teacher, tiny_data, edit, match):
+    path = write_recipe(tmp_path, tiny_teacher, tiny_data, {"max_bytes": 1})
+    recipe = yaml.safe_load(path.read_text())
+    for k, v in edit.items():
+        recipe[k] = {**recipe[k], **v} if isinstance(v, dict) and k in recipe else v
+    path.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(EdgeKDError, match=match):
+        load_recipe(path)
+    assert not (tmp_path / "run").exists()
+
+
+def test_set_overrides_reach_nested_fields_and_reject_non_sections(
+    tmp_path, tiny_teacher, tiny_data
+):
+    path = write_recipe(tmp_path, tiny_teacher, tiny_data, {"max_bytes": 1})
+    recipe = load_recipe(path, {"distill.epochs": 3, "data.max_train": 50, "profile.runs": 9})
+    assert recipe.distill["epochs"] == 3 and recipe.data.max_train == 50
+    assert recipe.distill_config("small", "t").epochs == 3 and recipe.profile.runs == 9
+    with pytest.raises(EdgeKDError, match="name is not a section"):
+        load_recipe(path, {"name.x": 1})

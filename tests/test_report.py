@@ -1,0 +1,111 @@
+"""The report: Pareto front by hand, and the page rendered the way a person sees it."""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from edgekd.errors import EdgeKDError
+from edgekd.report import FRONT_COLOUR, collect_points, pareto_front, write_report
+from tests.devices.test_agent import identity_model
+
+CHROMIUM = (
+    shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+)
+
+
+def test_pareto_front_keeps_only_undominated_models():
+    rows = [
+        (0.90, 6.0, 90e6),  # teacher: most accurate → front
+        (0.86, 0.2, 1.3e6),  # small and fast → front
+        (0.85, 0.3, 5.0e6),  # worse than the row above on all three → not
+        (0.86, 0.2, 1.3e6),  # a tie with row 2 dominates nothing and is not dominated
+        (0.80, 0.1, 9.0e6),  # fastest → front
+    ]
+    assert pareto_front(rows) == [True, True, False, True, True]
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """A run as `edgekd run` lays it out: teacher ONNX, one student, profiles, a check."""
+    run = tmp_path / "run"
+    (run / "student" / "export").mkdir(parents=True)
+    (run / "teacher-onnx").mkdir()
+    for name in ("model.onnx", "model.int8.onnx"):
+        identity_model(run / "student" / "export" / name)
+    identity_model(run / "teacher-onnx" / "model.onnx")
+    (run / "student" / "export" / "export.json").write_text(json.dumps({
+        "teacher_accuracy": 0.90,
+        "models": {"fp32": {"path": "model.onnx", "accuracy": 0.86},
+                   "int8": {"path": "model.int8.onnx", "accuracy": 0.85}},
+    }))  # fmt: skip
+    profiles = run / "profiles"
+    profiles.mkdir()
+    for i, (model, p50) in enumerate(
+        [
+            (run / "teacher-onnx" / "model.onnx", 6.0),
+            (run / "student" / "export" / "model.onnx", 0.3),
+            (run / "student" / "export" / "model.int8.onnx", 0.2),
+        ]
+    ):
+        (profiles / f"profile-{i}.json").write_text(json.dumps({
+            "model": str(model), "device": "local-cpu", "threads": 1, "seq_len": 24,
+            "p50_ms": p50, "p90_ms": p50 * 1.2, "iqr_ms": 0.01, "load_ms": 5.0,
+            "peak_rss_mb": 70.0, "cpu": "test CPU",
+        }))  # fmt: skip
+    (run / "student" / "check").mkdir()
+    (run / "student" / "check" / "check-local-cpu.json").write_text(json.dumps({
+        "model": "int8", "device": "local-cpu", "passed": False, "limits": [
+            {"limit": "max_bytes", "metric": "bytes", "op": "<=", "threshold": 100.0,
+             "measured": 150.0, "unit": "B"},
+            {"limit": "min_accuracy", "metric": "accuracy", "op": ">=", "threshold": 0.8,
+             "measured": 0.85, "unit": ""},
+        ],
+    }))  # fmt: skip
+    return run
+
+
+def test_collect_points_labels_teacher_and_students_with_their_profiles(run_dir):
+    points = {p.label: p for p in collect_points(run_dir)}
+    assert set(points) == {"teacher fp32", "student fp32", "student int8"}
+    assert points["teacher fp32"].accuracy == 0.90
+    assert points["student int8"].profiles["local-cpu"]["p50_ms"] == 0.2
+
+
+def test_report_writes_page_plot_and_budget_table(run_dir):
+    page = write_report(run_dir)
+    text = page.read_text()
+    assert (page.parent / "pareto-local-cpu.png").stat().st_size > 10_000
+    assert text.count("data:image/png;base64,") == 1  # self-contained: the plot inlined
+    assert "<h2>local-cpu</h2>" in text and "teacher fp32" in text
+    assert "student/check: int8 model on local-cpu" in text
+    assert '<span class="bad">FAIL</span>' in text and "150 B" in text
+
+
+def test_report_on_an_empty_folder_names_the_fix(tmp_path):
+    with pytest.raises(EdgeKDError, match=r"holds no export\.json or profile"):
+        write_report(tmp_path)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed (apt-get install chromium)")
+def test_report_renders_with_visible_plots_in_headless_chromium(run_dir, tmp_path):
+    from PIL import Image
+
+    page = write_report(run_dir)
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars",
+         "--window-size=1280,1400", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    img = Image.open(shot).convert("RGB")
+    target = tuple(int(FRONT_COLOUR[i : i + 2], 16) for i in (1, 3, 5))
+    # Pareto markers are drawn in FRONT_COLOUR and nothing else on the page is: if the
+    # <img> failed to decode or were hidden, none of its pixels would be on screen.
+    red = sum(
+        1 for px in img.getdata() if all(abs(a - b) <= 12 for a, b in zip(px, target, strict=True))
+    )
+    assert red > 200, f"only {red} Pareto-marker pixels visible"
