@@ -165,6 +165,7 @@ def collect_metrics(dirs: list[Path], budget: Budget) -> dict[str, float | None]
                 metrics["drop_vs_teacher"] = report["teacher_accuracy"] - entry["accuracy"]
             if report.get("int8_drop") is not None:
                 metrics["int8_drop"] = report["int8_drop"]
+    seen: set[str] = set()
     for d in dirs:
         for path in sorted(d.glob("profile*.json")):
             prof = json.loads(path.read_text())
@@ -173,9 +174,15 @@ def collect_metrics(dirs: list[Path], budget: Budget) -> dict[str, float | None]
                 and (model_file is None or Path(prof.get("model", "")).name == model_file)
                 and (budget.device is None or prof.get("device") == budget.device)
             ):
+                seen.add(str(prof.get("device")))
                 for metric in ("p90_ms", "peak_rss_mb", "load_ms"):
                     if prof.get(metric) is not None:
                         metrics[metric] = prof[metric]
+    if len(seen) > 1:  # a Pi's latency must never be checked against a server's limit
+        raise EdgeKDError(
+            f"profiles from several devices ({', '.join(sorted(seen))}) match; "
+            "pass --device NAME to check one"
+        )
     return metrics
 
 

@@ -505,6 +505,7 @@ def profile(
     json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON."),
 ) -> None:
     """Latency percentiles, load time, memory and size at batch 1 on onnxruntime."""
+    from edgekd.devices.agent import NOISY_SPREAD
     from edgekd.devices.profile import profile_model
     from edgekd.io import write_json
 
@@ -532,8 +533,8 @@ def profile(
         if r.get("noisy") or (vs and r["vs"]["b"]["noisy"]):
             typer.echo(
                 f"warning: trial medians at seq {r['seq_len']} spread "
-                f"{100 * r['trial_spread']:.0f}% (> 10%): the machine was busy; "
-                "rerun on an idle machine or raise --runs",
+                f"{100 * r['trial_spread']:.0f}% (> {100 * NOISY_SPREAD:.0f}%): the machine "
+                "was busy; rerun on an idle machine or raise --runs",
                 err=True,
             )
     if json_out:

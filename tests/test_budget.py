@@ -161,3 +161,44 @@ def test_budget_for_device_falls_back_to_the_device_specs_defaults():
     phone = budget.for_device("android-arm64", defaults={"max_p90_ms": 15, "threads": 2})
     assert (phone.max_p90_ms, phone.threads, phone.max_bytes) == (15, 2, 100)
     assert budget.for_device("pi", defaults={"max_p90_ms": 99}).max_p90_ms == 20  # file wins
+
+
+@pytest.mark.parametrize(
+    ("field", "threshold", "good", "bad"),
+    [
+        ("max_bytes", 1000, 1000, 1001),
+        ("max_p90_ms", 2.0, 2.0, 2.01),
+        ("max_peak_rss_mb", 150, 149.9, 150.1),
+        ("max_init_ms", 50, 49, 51),
+        ("min_accuracy", 0.85, 0.85, 0.849),
+        ("max_drop_vs_teacher", 0.02, 0.02, 0.021),
+        ("max_int8_drop", 0.005, 0.0, 0.006),
+        ("min_agreement", 0.99, 1.0, 0.98),
+    ],
+)
+def test_every_limit_kind_passes_at_its_threshold_fails_past_it_and_fails_unmeasured(
+    field, threshold, good, bad
+):
+    from edgekd.budget import LIMITS
+
+    metric = LIMITS[field][0]
+    budget = Budget(**{field: threshold})
+    assert [r.status for r in evaluate(budget, {metric: good})] == ["pass"]
+    assert [r.status for r in evaluate(budget, {metric: bad})] == ["FAIL"]
+    assert [r.status for r in evaluate(budget, {})] == ["missing"]
+    assert set(LIMITS) == {
+        "max_bytes", "max_p90_ms", "max_peak_rss_mb", "max_init_ms", "min_accuracy",
+        "max_drop_vs_teacher", "max_int8_drop", "min_agreement",
+    }  # fmt: skip
+
+
+def test_collect_metrics_refuses_to_mix_devices_without_a_device(tmp_path):
+    (tmp_path / "export.json").write_text(
+        json.dumps({"models": {"int8": {"path": "m.onnx", "bytes": 1, "accuracy": 0.9}}})
+    )
+    for device in ("local-cpu", "raspberry-pi-4"):
+        (tmp_path / f"profile-{device}.json").write_text(
+            json.dumps({"model": "m.onnx", "threads": 1, "device": device, "p90_ms": 1.0})
+        )
+    with pytest.raises(EdgeKDError, match=r"several devices \(local-cpu, raspberry-pi-4\)"):
+        collect_metrics([tmp_path], Budget(max_p90_ms=1))

@@ -360,3 +360,35 @@ def test_cli_devices_lists_specs_and_shows_one(tmp_path):
     assert r.exit_code == 0 and "raspberry-pi-4: runner=ssh" in r.stdout
     r = invoke("devices", "--show", "android-arm64")
     assert yaml.safe_load(r.stdout)["runner"] == "adb"
+
+
+def test_cli_run_recipe_exits_with_the_checks_code_and_report_rewrites(
+    tmp_path, tiny_teacher, tiny_data
+):
+    from tests.test_recipe import write_recipe
+
+    recipe = write_recipe(tmp_path, tiny_teacher, tiny_data, {"max_bytes": 100})
+    r = invoke("run", recipe, "--set", "variants={small: {}}")
+    assert r.exit_code == 1  # no student fits in 100 B
+    assert (tmp_path / "run" / "report" / "report.html").is_file()
+    r = invoke("report", tmp_path / "run", "--out", tmp_path / "again")
+    assert r.exit_code == 0 and (tmp_path / "again" / "pareto-local-cpu.png").is_file()
+    r = invoke("run", tmp_path / "missing.yaml")
+    assert r.exit_code == 2 and "does not exist" in r.output
+
+
+def test_cli_profile_warns_when_trials_disagree(tmp_path, monkeypatch):
+    import edgekd.devices.profile as profile
+    from tests.devices.test_agent import identity_model
+
+    model = identity_model(tmp_path / "a.onnx")
+    real = profile.profile_model
+
+    def noisy(*args, **kwargs):
+        r = real(*args, **kwargs)
+        return {**r, "noisy": True, "trial_spread": 0.37}
+
+    monkeypatch.setattr(profile, "profile_model", noisy)
+    r = invoke("profile", model, "--runs", 4, "--trials", 2, "--warmup", 0, "--seq-len", 4)
+    assert r.exit_code == 0
+    assert "warning: trial medians at seq 4 spread 37% (> 10%)" in r.output
