@@ -140,12 +140,21 @@ def timed_trials(fn, runs: int, warmup: int, trials: int) -> list[list[float]]:
     return [time_runs(fn, per_trial, 0) for _ in range(trials)]
 
 
-def bootstrap_ci(values: list[float], seed: int, n: int = 2000, level: float = 0.95):
-    """Percentile-bootstrap confidence interval for the median of `values`."""
+def bootstrap_ci(groups: list[list[float]], seed: int, n: int = 2000, level: float = 0.95):
+    """Percentile-bootstrap confidence interval for the median of the pooled values.
+
+    With several groups (one per agent process) it resamples groups, then values
+    within each, so the interval spans process-to-process variation (memory
+    placement, clock state), which no amount of trials inside one process sees.
+    """
     import random
 
     rng = random.Random(seed)
-    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(n))
+    meds = []
+    for _ in range(n):
+        picked = rng.choices(groups, k=len(groups)) if len(groups) > 1 else groups
+        meds.append(statistics.median([v for g in picked for v in rng.choices(g, k=len(g))]))
+    meds.sort()
     tail = (1 - level) / 2
     return meds[int(tail * (n - 1))], meds[int((1 - tail) * (n - 1))]
 
@@ -167,7 +176,7 @@ def alternate(fa, fb, runs: int, warmup: int, trials: int, seed: int) -> dict:
         for sink, fn in order:
             sink.append(time_runs(fn, per_trial, 0))
     ratios = [statistics.median(tb[i]) / statistics.median(ta[i]) for i in range(trials)]
-    lo, hi = bootstrap_ci(ratios, seed)
+    lo, hi = bootstrap_ci([ratios], seed)
     return {
         "a": trial_stats(ta),
         "b": trial_stats(tb),

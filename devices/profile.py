@@ -66,13 +66,16 @@ def profile_model(
     trials: int = 5,
     vs: str | Path | None = None,
     host: str | None = None,
+    processes: int = 1,
 ) -> dict[str, Any]:
     """Run the agent on `device`: `runs` timed calls in `trials` trials after `warmup`.
 
     Alone, a model is also timed tokenize+infer end to end, cycling through
     `texts` (without them, synthetic texts of `seq_len` words from its own
     vocabulary). With `vs`, both models are timed alternately on synthetic
-    `seq_len`-token inputs and the result holds their ratio (`vs`).
+    `seq_len`-token inputs and the result holds their ratio (`vs`); with
+    `processes` > 1 the agent runs that many times and the ratio's interval
+    spans the variation between processes (`combine_processes`).
     """
     dev = load_device(device, host=host)
     files = {"model": existing(model)}
@@ -109,9 +112,33 @@ def profile_model(
             args += ["--max-length", str(info["max_length"])]
             if info["special"]:
                 args.append("--special-tokens")
-        result = dev.run_agent(files, args)
+        results = [dev.run_agent(files, args) for _ in range(processes if vs is not None else 1)]
+    result = combine_processes(results) if len(results) > 1 else results[0]
     result["device"] = dev.spec.name
     return result
+
+
+def combine_processes(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One `--vs` result from several agent processes: pooled trial ratios, their
+    median, a two-level bootstrap interval, and per-process medians of each model."""
+    import statistics
+
+    from edgekd.devices.agent import bootstrap_ci
+
+    groups = [r["vs"]["trial_ratios"] for r in runs]
+    out = {**runs[0], "vs": {**runs[0]["vs"], "b": dict(runs[0]["vs"]["b"])}}
+    for key in ("p50_ms", "p90_ms", "p99_ms", "iqr_ms", "load_ms"):
+        out[key] = statistics.median(r[key] for r in runs)
+        out["vs"]["b"][key] = statistics.median(r["vs"]["b"][key] for r in runs)
+    out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+    out["vs"].update(
+        trial_ratios=[x for g in groups for x in g],
+        ratio_b_over_a=statistics.median(x for g in groups for x in g),
+        ratio_ci95=list(bootstrap_ci(groups, seed=0)),
+        process_ratios=[r["vs"]["ratio_b_over_a"] for r in runs],
+        processes=len(runs),
+    )
+    return out
 
 
 def existing(model: str | Path) -> Path:

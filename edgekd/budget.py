@@ -196,12 +196,12 @@ def junit_xml(results: list[LimitResult], suite: str) -> str:
     failures = sum(not r.passed for r in results)
     cases = []
     for r in results:
-        measured = "not measured" if r.measured is None else f"{r.measured:g} {r.unit}".strip()
+        measured = "not measured" if r.measured is None else r.measured_text()
         attrs = f"classname={quoteattr(suite)} name={quoteattr(r.limit)}"
         if r.passed:
             cases.append(f"  <testcase {attrs}/>")
         else:
-            message = quoteattr(f"{r.metric} {measured}, limit {r.op} {r.threshold:g} {r.unit}")
+            message = quoteattr(f"{r.metric} {measured}, limit {r.threshold_text()}")
             cases.append(f"  <testcase {attrs}>\n    <failure message={message}/>\n  </testcase>")
     header = (
         f'<testsuite name={quoteattr(suite)} tests="{len(results)}" '

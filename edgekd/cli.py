@@ -499,6 +499,9 @@ def profile(
     vs: Path | None = typer.Option(
         None, "--vs", help="Time this second model alternately with MODEL; report the ratio."
     ),
+    processes: int = typer.Option(
+        3, min=1, help="--vs: agent processes; the interval spans their disagreement."
+    ),
     data: str | None = typer.Option(None, "--data", help="Dev texts for end-to-end timing."),
     text_column: str | None = TEXT_COL,
     text_pair_column: str | None = PAIR_COL,
@@ -522,7 +525,7 @@ def profile(
             DataConfig(spec=data, text_column=text_column, text_pair_column=text_pair_column)
         ).dev.texts
     results = [
-        profile_model(model, device, threads, runs, warmup, n, texts, trials, vs, host)
+        profile_model(model, device, threads, runs, warmup, n, texts, trials, vs, host, processes)
         for n in progress_iter(lengths, "profiling", len(lengths) > 1)
     ]
     if len(results) > 1:
@@ -530,13 +533,17 @@ def profile(
     for r in results if len(results) == 1 else []:
         print_vs(r) if vs else print_profile(r)
     for r in results:
-        if r.get("noisy") or (vs and r["vs"]["b"]["noisy"]):
-            typer.echo(
-                f"warning: trial medians at seq {r['seq_len']} spread "
-                f"{100 * r['trial_spread']:.0f}% (> {100 * NOISY_SPREAD:.0f}%): the machine "
-                "was busy; rerun on an idle machine or raise --runs",
-                err=True,
-            )
+        series = {Path(r["model"]).name: r, "tokenize+infer": r.get("end_to_end")}
+        if vs:
+            series[Path(r["vs"]["b"]["model"]).name] = r["vs"]["b"]
+        for name, m in series.items():
+            if m and m["noisy"]:
+                typer.echo(
+                    f"warning: {name} at seq {r['seq_len']}: trial medians spread "
+                    f"{100 * m['trial_spread']:.0f}% (> {100 * NOISY_SPREAD:.0f}%), the "
+                    "machine was busy; rerun on an idle machine or raise --runs",
+                    err=True,
+                )
     if json_out:
         write_json(json_out, results[0] if len(results) == 1 else {"sweep": results})
 
@@ -602,7 +609,8 @@ def print_vs(r: dict[str, Any]) -> None:
     b = r["vs"]["b"]
     table = Table(
         title=f"alternating trials on {r['device']}, {r['threads']} thread(s), "
-        f"seq {r['seq_len']}, {r['trials']} trials each"
+        f"seq {r['seq_len']}, {r['trials']} trials each × {r['vs'].get('processes', 1)} "
+        "process(es)"
     )
     for col in ("model", "bytes", "p50 ms", "p90 ms", "IQR ms", "load ms"):
         table.add_column(col, justify="right")
@@ -688,7 +696,7 @@ def check(
     if json_out == "-":
         typer.echo(json.dumps(payload, indent=2))
     else:
-        print_check(results, b.model)
+        print_check(results, title)
         if json_out:
             from edgekd.io import write_json
 
@@ -696,11 +704,11 @@ def check(
     raise typer.Exit(1 if failed else 0)
 
 
-def print_check(results: list[Any], model: str) -> None:
+def print_check(results: list[Any], title: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"budget check ({model} model)")
+    table = Table(title=title)
     for col in ("limit", "threshold", "measured", "status"):
         table.add_column(col)
     for r in results:

@@ -117,7 +117,7 @@ def run_quickstart(
         budget = budget.model_copy(update={"model": "fp32", "max_int8_drop": None})
     save_config(budget, budget_path)
     results = evaluate(budget, collect_metrics([out / "export"], budget))
-    print_check(results, budget.model)
+    print_check(results, f"budget check: {budget.model} model")
 
     base = rows[0]
     # Eight columns that fit an 80-column terminal; quickstart.json has every figure.

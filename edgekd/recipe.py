@@ -355,6 +355,12 @@ def run_recipe(
             "seconds": round(time.time() - started, 1),
         },
     )
+    ran = sum(r["status"] == "ran" for r in stages.records)
+    console.print(
+        f"{ran} stage(s) ran, {len(stages.records) - ran} cached, "
+        f"{time.time() - started:.0f} s; budget {'met' if passed else '[bold red]missed[/]'}"
+        + (f"; report: {out / 'report' / 'report.html'}" if recipe.report else "")
+    )
     return 0 if passed else 1
 
 
@@ -452,7 +458,7 @@ def check(
             if not explicit:  # latency limits apply at the threads the profile ran with
                 b = b.model_copy(update={"threads": threads or spec.threads})
             results: list[LimitResult] = evaluate(b, collect_metrics(dirs, b))
-            print_check(results, f"{b.model}, {device}")
+            print_check(results, f"budget check: {b.model} model on {device}")
             write_json(
                 tmp / f"check-{device}.json",
                 {

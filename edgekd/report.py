@@ -116,11 +116,22 @@ def plot_device(rows: list[tuple[Point, dict[str, Any]]], device: str, out: Path
         ys = [p.accuracy for p, _ in scored]
         colours = [FRONT_COLOUR if f else OTHER_COLOUR for f in front]
         ax.scatter(xs, ys, c=colours, s=[90 if f else 45 for f in front], zorder=3)
-        for (p, _), x, y in zip(scored, xs, ys, strict=True):
-            ax.annotate(p.label, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
+        for i, ((p, _), x, y) in enumerate(zip(scored, xs, ys, strict=True)):
+            # Alternate labels above and below: an fp32/int8 pair sits close together.
+            offset = (6, 5) if i % 2 == 0 else (6, -12)
+            ax.annotate(p.label, (x, y), textcoords="offset points", xytext=offset, fontsize=8)
         on_front = sorted((x, y) for x, y, f in zip(xs, ys, front, strict=True) if f)
         if len(on_front) > 1:
-            ax.plot(*zip(*on_front, strict=True), color=FRONT_COLOUR, ls="--", lw=1, zorder=2)
+            # A staircase: between two front models, the better accuracy costs the step.
+            ax.plot(
+                *zip(*on_front, strict=True),
+                color=FRONT_COLOUR,
+                ls="--",
+                lw=1,
+                zorder=2,
+                drawstyle="steps-post",
+            )
+        ax.margins(x=0.15, y=0.12)
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
@@ -209,6 +220,8 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
                 )
             front = pareto_front([(p.accuracy or 0.0, prof["p50_ms"], p.bytes) for p, prof in rows])
             cpu = html.escape(rows[0][1].get("cpu", "?"))
+            # Ratios against the teacher when it was profiled, else the largest model.
+            base = next(((p, prof) for p, prof in rows if p.label == "teacher fp32"), rows[0])
             table = table_html(
                 [
                     "model",
@@ -219,6 +232,8 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
                     "IQR ms",
                     "load ms",
                     "peak RSS MB",
+                    "smaller",
+                    "faster",
                     "Pareto",
                 ],
                 [
@@ -231,6 +246,8 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
                         fmt(prof.get("iqr_ms"), ".3f"),
                         fmt(prof.get("load_ms"), ".1f"),
                         fmt(prof.get("peak_rss_mb"), ".1f"),
+                        f"{base[0].bytes / p.bytes:.1f}×",
+                        f"{base[1]['p50_ms'] / prof['p50_ms']:.1f}×",
                         "★" if f and p.accuracy is not None else "",
                     ]
                     for (p, prof), f in zip(rows, front, strict=True)

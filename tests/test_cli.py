@@ -391,4 +391,4 @@ def test_cli_profile_warns_when_trials_disagree(tmp_path, monkeypatch):
     monkeypatch.setattr(profile, "profile_model", noisy)
     r = invoke("profile", model, "--runs", 4, "--trials", 2, "--warmup", 0, "--seq-len", 4)
     assert r.exit_code == 0
-    assert "warning: trial medians at seq 4 spread 37% (> 10%)" in r.output
+    assert "warning: a.onnx at seq 4: trial medians spread 37% (> 10%)" in r.output

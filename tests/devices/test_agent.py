@@ -146,11 +146,21 @@ def test_trial_stats_reports_median_of_trial_percentiles_and_pooled_iqr():
 
 def test_bootstrap_ci_brackets_the_median_and_is_seeded():
     values = [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6]
-    lo, hi = agent.bootstrap_ci(values, seed=0)
+    lo, hi = agent.bootstrap_ci([values], seed=0)
     assert lo <= 1.3 <= hi
     assert lo >= 1.0 and hi <= 1.6
-    assert agent.bootstrap_ci(values, seed=0) == (lo, hi)
-    assert agent.bootstrap_ci([2.0] * 5, seed=1) == (2.0, 2.0)
+    assert agent.bootstrap_ci([values], seed=0) == (lo, hi)
+    assert agent.bootstrap_ci([[2.0] * 5], seed=1) == (2.0, 2.0)
+
+
+def test_bootstrap_ci_over_processes_widens_when_processes_disagree():
+    # Each process is tight inside, but the processes sit at 1.0, 1.1 and 1.2: one
+    # process's bootstrap would claim +-0.01; resampling processes must not.
+    groups = [[c - 0.01, c, c + 0.01] * 4 for c in (1.0, 1.1, 1.2)]
+    lo, hi = agent.bootstrap_ci(groups, seed=0)
+    assert lo <= 1.0 + 0.01 and hi >= 1.2 - 0.01
+    lo1, hi1 = agent.bootstrap_ci(groups[:1], seed=0)
+    assert hi1 - lo1 == pytest.approx(0.02)
 
 
 def test_alternate_interleaves_trials_abba_and_reports_ratio():

@@ -1,0 +1,31 @@
+import pytest
+
+from edgekd.devices.profile import combine_processes, profile_model
+
+from .test_agent import identity_model
+
+
+def fake_run(ratios, p50):
+    stats = {"p50_ms": p50, "p90_ms": p50, "p99_ms": p50, "iqr_ms": 0.0, "load_ms": 1.0}
+    b = {**stats, "p50_ms": p50 * 2}
+    vs = {"b": b, "trial_ratios": ratios, "ratio_b_over_a": sorted(ratios)[1]}
+    return {**stats, "peak_rss_mb": 50.0 + p50, "vs": vs}
+
+
+def test_combine_processes_pools_ratios_and_keeps_per_process_medians():
+    runs = [fake_run([1.9, 2.0, 2.1], 1.0), fake_run([2.2, 2.3, 2.4], 3.0)]
+    out = combine_processes(runs)
+    assert out["vs"]["processes"] == 2 and out["vs"]["process_ratios"] == [2.0, 2.3]
+    assert out["vs"]["ratio_b_over_a"] == pytest.approx((2.1 + 2.2) / 2)  # pooled median
+    lo, hi = out["vs"]["ratio_ci95"]
+    assert lo < 2.0 and hi > 2.3  # spans both processes, not one process's ±0.1
+    assert out["p50_ms"] == 2.0 and out["vs"]["b"]["p50_ms"] == 4.0
+    assert out["peak_rss_mb"] == 53.0
+    assert "processes" not in runs[0]["vs"]  # the inputs are left as they were
+
+
+def test_profile_vs_runs_one_agent_per_process(tmp_path):
+    a = identity_model(tmp_path / "a.onnx")
+    b = identity_model(tmp_path / "b.onnx")
+    r = profile_model(a, runs=4, trials=2, warmup=0, seq_len=4, vs=b, processes=2)
+    assert r["vs"]["processes"] == 2 and len(r["vs"]["trial_ratios"]) == 4
