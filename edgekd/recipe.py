@@ -135,8 +135,15 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
         node[leaf] = value
     recipe = validate(Recipe, data, str(path))
     # Every section fails now, before hours of training, not when its stage starts.
+    from edgekd.distill.trainer import preflight
+
     for variant in recipe.variants:
-        recipe.distill_config(variant, recipe.teacher.path or "teacher")
+        cfg = recipe.distill_config(variant, recipe.teacher.path or "teacher")
+        if cfg.assistant is None:
+            try:
+                preflight(cfg)
+            except EdgeKDError as e:
+                raise EdgeKDError(f"variant {variant}: {e}", 2) from None
         recipe.export_config(variant)
     if recipe.teacher.path is None:
         validate(TeacherConfig, recipe.teacher.finetune, f"{path}: teacher.finetune")
@@ -328,15 +335,18 @@ def run_recipe(
         )
         passed &= all(c["passed"] for c in checks_of(folder))
 
-    # 6. report.
+    # 6. report, on this recipe's folders only (not those of variants since removed).
     if recipe.report:
-        from edgekd.report import write_report
+        current = [out / "teacher-onnx", out / "teacher-profile"]
+        current += [
+            out / v / stage for v in recipe.variants for stage in ("export", "profile", "check")
+        ]
 
         stages.run(
             "report",
             out / "report",
             {"checks": check_keys, "profiles": profile_keys, "exports": export_keys},
-            partial(write_report, out),
+            partial(write_report_into, out, current),
         )
 
     write_json(
@@ -439,6 +449,12 @@ def profile_models(models: list[Path], recipe: Recipe, seq_len: int, folder: Pat
                     + (" [yellow](noisy)[/]" if r["noisy"] else "")
                 )
                 write_json(tmp / f"profile-{device}-{model.stem}.json", r)
+
+
+def write_report_into(run_dir: Path, only: list[Path], folder: Path) -> None:
+    from edgekd.report import write_report
+
+    write_report(run_dir, folder, only)
 
 
 def check(

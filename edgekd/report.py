@@ -46,11 +46,17 @@ def variant_name(export_dir: Path, run_dir: Path) -> str:
     return folder.name if folder != run_dir.parent else run_dir.name
 
 
-def collect_points(run_dir: Path) -> list[Point]:
+def found(run_dir: Path, pattern: str, only: list[Path] | None) -> list[Path]:
+    """Files matching `pattern` under `run_dir`, or only under the `only` folders."""
+    roots = only if only is not None else [run_dir]
+    return sorted(f for root in roots if root.is_dir() for f in root.rglob(pattern))
+
+
+def collect_points(run_dir: Path, only: list[Path] | None = None) -> list[Point]:
     """Teacher and student models found under `run_dir`, with their profiles."""
     points: dict[Path, Point] = {}
     teacher_acc: float | None = None
-    for export in sorted(run_dir.rglob("export.json")):
+    for export in found(run_dir, "export.json", only):
         report = read_json(export)
         variant = variant_name(export.parent, run_dir)
         for kind, entry in report.get("models", {}).items():
@@ -59,7 +65,7 @@ def collect_points(run_dir: Path) -> list[Point]:
                 label = f"{variant} {kind}"
                 points[path] = Point(label, path, entry.get("accuracy"), path.stat().st_size)
         teacher_acc = report.get("teacher_accuracy", teacher_acc)
-    for prof_path in sorted(run_dir.rglob("profile*.json")):
+    for prof_path in found(run_dir, "profile*.json", only):
         prof = read_json(prof_path)
         if "p50_ms" not in prof:  # a --seq-len sweep file: the plots use single profiles
             continue
@@ -155,9 +161,9 @@ def fmt(value: Any, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
-def checks_html(run_dir: Path) -> str:
+def checks_html(run_dir: Path, only: list[Path] | None = None) -> str:
     parts = []
-    for path in sorted(run_dir.rglob("check*.json")):
+    for path in found(run_dir, "check*.json", only):
         check = read_json(path)
         if "limits" not in check:
             continue
@@ -197,13 +203,19 @@ img{max-width:100%;display:block;margin:0.5em 0}
 """
 
 
-def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path:
-    """Write `report.html` and `pareto-<device>.png` into `out_dir` (RUN_DIR/report)."""
+def write_report(
+    run_dir: str | Path, out_dir: str | Path | None = None, only: list[Path] | None = None
+) -> Path:
+    """Write `report.html` and `pareto-<device>.png` into `out_dir` (RUN_DIR/report).
+
+    `only` limits the search to those folders (a recipe passes its current stages,
+    so a variant deleted from the recipe drops out of the report).
+    """
     run_dir = Path(run_dir).resolve()
     if not run_dir.is_dir():
         raise EdgeKDError(f"{run_dir} is not a folder; pass the run folder to report on")
     out_dir = Path(out_dir) if out_dir else run_dir / "report"
-    points = collect_points(run_dir)
+    points = collect_points(run_dir, only)
     devices = sorted({d for p in points for d in p.profiles})
     manifest = run_dir / "manifest.json"
     with atomic_dir(out_dir) as tmp:
@@ -285,7 +297,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
             f"<h1>edgekd report: {html.escape(run_dir.name)}</h1>"
             + "".join(sections)
             + "<h2>Budgets</h2>"
-            + checks_html(run_dir)
+            + checks_html(run_dir, only)
             + footer
             + "</body></html>\n"
         )

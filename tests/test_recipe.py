@@ -72,6 +72,12 @@ def test_run_recipe_caches_stages_and_reruns_only_what_changed(tmp_path, tiny_te
     ran = {s for s, st in (run_recipe(recipe), statuses(run))[1].items() if st == "ran"}
     assert ran == {"distill tiny", "export tiny", "profile tiny", "check tiny", "report"}
 
+    # A variant removed from the recipe drops out of the report (its folder stays).
+    assert run_recipe(path=recipe, overrides={"variants": {"small": {}}}) == 1
+    labels = {p["label"] for p in json.loads((run / "report" / "points.json").read_text())}
+    assert labels == {"teacher fp32", "small fp32", "small int8"}
+    assert (run / "tiny" / "student").is_dir()
+
 
 def test_content_hash_follows_file_contents(tmp_path):
     folder = tmp_path / "d"
@@ -91,6 +97,8 @@ def test_content_hash_follows_file_contents(tmp_path):
         ({"budget": {"max_bites": 3}}, "field 'max_bites'"),
         ({"profile": {"devices": ["toaster"]}}, "unknown device 'toaster'"),
         ({"colour": "red"}, "field 'colour': Extra inputs"),
+        ({"distill": {"student": "gru"}}, "variant small: unknown student 'gru'"),
+        ({"distill": {"intermediate": "pkd"}}, "variant small: .*needs a transformer student"),
     ],
 )
 def test_bad_recipe_fails_before_any_stage(tmp_path, tiny_teacher, tiny_data, edit, match):

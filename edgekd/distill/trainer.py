@@ -250,6 +250,15 @@ def train_student(
     return {"best_epoch": best_epoch, "epochs_run": len(history), "history": history}
 
 
+def preflight(cfg: DistillConfig) -> None:
+    """Every check that needs no data or teacher, so a bad config fails at once."""
+    student_cls = STUDENTS.get(cfg.student)  # an unknown name raises, listing the valid ones
+    for method in cfg.augment.methods:
+        AUGMENTERS.get(method)  # an unknown name fails here, before any work
+    build_loss(cfg)  # so do bad loss options
+    check_methods(cfg, student_cls)
+
+
 def check_methods(cfg: DistillConfig, student_cls: Any) -> None:
     """Refuse combinations that cannot work, before any data is read."""
     from edgekd.augment import methods_of_stage
@@ -389,11 +398,7 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
 
     if cfg.assistant is not None:
         return run_takd(cfg, out_dir)
-    student_cls = STUDENTS.get(cfg.student)  # an unknown name raises, listing the valid ones
-    for method in cfg.augment.methods:
-        AUGMENTERS.get(method)  # an unknown name fails here, before any work
-    build_loss(cfg)  # so do bad loss options
-    check_methods(cfg, student_cls)
+    preflight(cfg)
     torch.manual_seed(cfg.seed)
     seconds: dict[str, float] = {}
     t = time.perf_counter()
