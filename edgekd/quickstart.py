@@ -145,8 +145,16 @@ def run_quickstart(
             "budget": [r.to_dict() for r in results],
         },
     )
-    console.print(
-        f"e2e = tokenize + infer one dev text at a time. Artifacts in {out}; "
-        f"total {time.perf_counter() - start:.0f} s"
+    passed = all(r.passed for r in results)
+    write_json(
+        out / "check.json",
+        {"model": budget.model, "passed": passed, "limits": [r.to_dict() for r in results]},
     )
-    return 0 if all(r.passed for r in results) else 1
+    from edgekd.report import write_report
+
+    page = write_report(out)
+    console.print(
+        f"e2e = tokenize + infer one dev text at a time. Artifacts in {out}, report "
+        f"{page}; total {time.perf_counter() - start:.0f} s"
+    )
+    return 0 if passed else 1

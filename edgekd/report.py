@@ -41,9 +41,9 @@ class Point:
 
 
 def variant_name(export_dir: Path, run_dir: Path) -> str:
-    """`run/student/export` → `student`; `run/export` → the run folder's name."""
+    """`run/small/export` → `small`; `run/export` (one student) → `student`."""
     folder = export_dir.parent if export_dir.name == "export" else export_dir
-    return folder.name if folder != run_dir.parent else run_dir.name
+    return "student" if folder == run_dir else folder.name
 
 
 def found(run_dir: Path, pattern: str, only: list[Path] | None) -> list[Path]:

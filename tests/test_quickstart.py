@@ -40,6 +40,8 @@ def test_quickstart_runs_every_stage_and_exits_with_the_budget_verdict(tmp_path,
     ]
     assert all(row["bytes"] > 0 and row["p50_ms"] > 0 for row in summary["rows"])
     assert r.exit_code == (0 if all(b["passed"] for b in summary["budget"]) else 1)
-    for stage in ("teacher", "student", "export", "teacher-onnx", "budget.yaml"):
+    for stage in ("teacher", "student", "export", "teacher-onnx", "budget.yaml", "check.json"):
         assert (out / stage).exists(), stage
     assert "edgekd quickstart:" in r.output
+    points = json.loads((out / "report" / "points.json").read_text())
+    assert {p["label"] for p in points} >= {"teacher fp32", "student fp32"}
