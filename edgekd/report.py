@@ -215,6 +215,8 @@ def write_report(
     if not run_dir.is_dir():
         raise EdgeKDError(f"{run_dir} is not a folder; pass the run folder to report on")
     out_dir = Path(out_dir) if out_dir else run_dir / "report"
+    if only is not None:
+        only = [Path(o).resolve() for o in only]
     points = collect_points(run_dir, only)
     devices = sorted({d for p in points for d in p.profiles})
     manifest = run_dir / "manifest.json"

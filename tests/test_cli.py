@@ -363,12 +363,13 @@ def test_cli_devices_lists_specs_and_shows_one(tmp_path):
 
 
 def test_cli_run_recipe_exits_with_the_checks_code_and_report_rewrites(
-    tmp_path, tiny_teacher, tiny_data
+    tmp_path, tiny_teacher, tiny_data, monkeypatch
 ):
     from tests.test_recipe import write_recipe
 
     recipe = write_recipe(tmp_path, tiny_teacher, tiny_data, {"max_bytes": 100})
-    r = invoke("run", recipe, "--set", "variants={small: {}}")
+    monkeypatch.chdir(tmp_path)  # `out: run`, relative, as in the examples
+    r = invoke("run", "recipe.yaml", "--set", "variants={small: {}}", "--set", "out=run")
     assert r.exit_code == 1  # no student fits in 100 B
     assert (tmp_path / "run" / "report" / "report.html").is_file()
     r = invoke("report", tmp_path / "run", "--out", tmp_path / "again")
