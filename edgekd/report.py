@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,13 +101,32 @@ def device_rows(points: list[Point], device: str) -> list[tuple[Point, dict[str,
     return [(p, p.profiles[device]) for p in points if device in p.profiles]
 
 
+def label_offsets(xs: list[float], ys: list[float]) -> list[int]:
+    """Vertical label offsets (points) that stack the labels of nearby markers.
+
+    Nearby = within 8% of the log-x span and 6% of the y span; each earlier
+    neighbour pushes a label one line (11 pt) down.
+    """
+    lx = [math.log10(x) for x in xs]
+    span_x = (max(lx) - min(lx)) or 1.0
+    span_y = (max(ys) - min(ys)) or 1.0
+    out = []
+    for i in range(len(xs)):
+        near = sum(
+            abs(lx[i] - lx[j]) < 0.08 * span_x and abs(ys[i] - ys[j]) < 0.06 * span_y
+            for j in range(i)
+        )
+        out.append(5 - 11 * near)
+    return out
+
+
 def plot_device(rows: list[tuple[Point, dict[str, Any]]], device: str, out: Path) -> Path | None:
     """Two panels: accuracy vs p50 ms, accuracy vs MB (log x), front in red."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display; must precede pyplot
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
     scored = [(p, prof) for p, prof in rows if p.accuracy is not None]
     if not scored:
@@ -119,13 +139,11 @@ def plot_device(rows: list[tuple[Point, dict[str, Any]]], device: str, out: Path
     )
     for ax, (xlabel, x_of) in zip(axes, panels, strict=True):
         xs = [x_of(p, prof) for p, prof in scored]
-        ys = [p.accuracy for p, _ in scored]
+        ys = [p.accuracy or 0.0 for p, _ in scored]  # scored: accuracy is set
         colours = [FRONT_COLOUR if f else OTHER_COLOUR for f in front]
         ax.scatter(xs, ys, c=colours, s=[90 if f else 45 for f in front], zorder=3)
-        for i, ((p, _), x, y) in enumerate(zip(scored, xs, ys, strict=True)):
-            # Alternate labels above and below: an fp32/int8 pair sits close together.
-            offset = (6, 5) if i % 2 == 0 else (6, -12)
-            ax.annotate(p.label, (x, y), textcoords="offset points", xytext=offset, fontsize=8)
+        for (p, _), x, y, dy in zip(scored, xs, ys, label_offsets(xs, ys), strict=True):
+            ax.annotate(p.label, (x, y), textcoords="offset points", xytext=(6, dy), fontsize=8)
         on_front = sorted((x, y) for x, y, f in zip(xs, ys, front, strict=True) if f)
         if len(on_front) > 1:
             # A staircase: between two front models, the better accuracy costs the step.
@@ -139,6 +157,8 @@ def plot_device(rows: list[tuple[Point, dict[str, Any]]], device: str, out: Path
             )
         ax.margins(x=0.15, y=0.12)
         ax.set_xscale("log")
+        # Ticks at 1, 2, 5 per decade: a 1-5 ms range would otherwise show one label.
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         ax.set_xlabel(xlabel)

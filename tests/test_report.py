@@ -109,3 +109,11 @@ def test_report_renders_with_visible_plots_in_headless_chromium(run_dir, tmp_pat
         1 for px in img.getdata() if all(abs(a - b) <= 12 for a, b in zip(px, target, strict=True))
     )
     assert red > 200, f"only {red} Pareto-marker pixels visible"
+
+
+def test_label_offsets_stack_labels_of_nearby_markers_only():
+    from edgekd.report import label_offsets
+
+    # x 1.0 and 1.02 (log-close), y equal: the second label goes one line down;
+    # x 10 is far on a 1..10 log axis, so its label stays up.
+    assert label_offsets([1.0, 1.02, 10.0], [0.85, 0.85, 0.85]) == [5, -6, 5]
