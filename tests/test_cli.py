@@ -369,7 +369,7 @@ def test_cli_run_recipe_exits_with_the_checks_code_and_report_rewrites(
 
     recipe = write_recipe(tmp_path, tiny_teacher, tiny_data, {"max_bytes": 100})
     monkeypatch.chdir(tmp_path)  # `out: run`, relative, as in the examples
-    r = invoke("run", "recipe.yaml", "--set", "variants={small: {}}", "--set", "out=run")
+    r = invoke("run", recipe.name, "--set", "variants={small: {}}", "--set", "out=run")
     assert r.exit_code == 1  # no student fits in 100 B
     assert (tmp_path / "run" / "report" / "report.html").is_file()
     r = invoke("report", tmp_path / "run", "--out", tmp_path / "again")
