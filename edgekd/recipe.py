@@ -150,8 +150,9 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
     recipe.budget_model()
     from edgekd.devices.base import load_spec
 
-    for device in recipe.profile.devices:
-        load_spec(device, host=recipe.profile.hosts.get(device))
+    names = [load_spec(d, host=recipe.profile.hosts.get(d)).name for d in recipe.profile.devices]
+    if len(set(names)) < len(names):
+        raise EdgeKDError(f"{path}: profile.devices name one device twice ({names}); fix", 2)
     return recipe
 
 
@@ -444,11 +445,12 @@ def profile_models(models: list[Path], recipe: Recipe, seq_len: int, folder: Pat
                     p.trials,
                     host=p.hosts.get(device),
                 )
+                name = r["device"]  # the spec's name: an entry may be a path to a YAML spec
                 console.print(
-                    f"{device} {model.name}: p50 {r['p50_ms']:.3f} ms, p90 {r['p90_ms']:.3f} ms"
+                    f"{name} {model.name}: p50 {r['p50_ms']:.3f} ms, p90 {r['p90_ms']:.3f} ms"
                     + (" [yellow](noisy)[/]" if r["noisy"] else "")
                 )
-                write_json(tmp / f"profile-{device}-{model.stem}.json", r)
+                write_json(tmp / f"profile-{name}-{model.stem}.json", r)
 
 
 def write_report_into(run_dir: Path, only: list[Path], folder: Path) -> None:
@@ -464,7 +466,8 @@ def check(
     from edgekd.cli import print_check
 
     with atomic_dir(folder) as tmp:
-        for device, spec in specs.items():
+        for spec in specs.values():
+            device = spec.name  # what the profiles call it, and the budget's `devices:` key
             b = budget.for_device(device, spec.budget)
             explicit = (
                 "threads" in budget.model_fields_set

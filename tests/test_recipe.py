@@ -121,3 +121,30 @@ def test_set_overrides_reach_nested_fields_and_reject_non_sections(
     assert recipe.distill_config("small", "t").epochs == 3 and recipe.profile.runs == 9
     with pytest.raises(EdgeKDError, match="name is not a section"):
         load_recipe(path, {"name.x": 1})
+
+
+def test_run_recipe_profiles_and_checks_every_device_by_its_spec_name(
+    tmp_path, tiny_teacher, tiny_data
+):
+    spec = tmp_path / "core0.yaml"  # a device given as a path, named inside
+    spec.write_text(
+        "name: core0\nrunner: local\ncpu_affinity: [0]\nbudget: {max_p90_ms: 0.000001}\n"
+    )
+    recipe = write_recipe(
+        tmp_path, tiny_teacher, tiny_data, {"max_bytes": 10_000_000},
+        variants={"small": {}},
+        profile={"runs": 4, "trials": 2, "warmup": 0, "seq_len": 8,
+                 "devices": ["local-cpu", str(spec)]},
+    )  # fmt: skip
+    assert run_recipe(recipe) == 1  # core0's own default budget: p90 under 1 ns fails
+    run = tmp_path / "run"
+    checks = {p.name: json.loads(p.read_text()) for p in (run / "small" / "check").glob("c*.json")}
+    assert checks["check-local-cpu.json"]["passed"]
+    assert [lim["status"] for lim in checks["check-core0.json"]["limits"]] == ["pass", "FAIL"]
+    profiles = sorted(p.name for p in (run / "small" / "profile").glob("profile-*.json"))
+    assert profiles == [
+        "profile-core0-model.int8.json", "profile-core0-model.json",
+        "profile-local-cpu-model.int8.json", "profile-local-cpu-model.json",
+    ]  # fmt: skip
+    html = (run / "report" / "report.html").read_text()
+    assert "<h2>core0</h2>" in html and "<h2>local-cpu</h2>" in html
