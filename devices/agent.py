@@ -273,7 +273,16 @@ def main(argv: list[str] | None = None) -> dict:
     import onnxruntime as ort
 
     if args.cpu_affinity:  # pin before the session creates its thread pool
-        os.sched_setaffinity(0, {int(c) for c in args.cpu_affinity.split(",")})
+        cores = {int(c) for c in args.cpu_affinity.split(",")}
+        if not hasattr(os, "sched_setaffinity"):
+            raise SystemExit(f"this OS ({sys.platform}) cannot pin cores; drop cpu_affinity")
+        try:
+            os.sched_setaffinity(0, cores)
+        except OSError:
+            raise SystemExit(
+                f"cpu_affinity {sorted(cores)}: this machine has cores "
+                f"{sorted(os.sched_getaffinity(0))}; fix the device spec"
+            ) from None
     rss_before = peak_rss_mb()
     session, load_ms = open_session(ort, args.model, args.threads, args.provider)
     feed = synthetic_feed(session, args.seq_len, args.vocab_size, args.seed)

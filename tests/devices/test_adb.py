@@ -83,3 +83,11 @@ def test_adb_runner_names_the_fix_when_adb_fails(fake_adb, tmp_path):
     dev = load_device(str(spec), adb=str(tmp_path / "no-adb"))
     with pytest.raises(EdgeKDError, match="no-adb is not installed or not on PATH"):
         dev.run_agent({"model": identity_model(tmp_path / "m.onnx")}, [])
+
+
+def test_adb_runner_reports_a_failing_agent_and_still_cleans_up(fake_adb, tmp_path):
+    spec, _, phone = fake_adb
+    dev = load_device(str(spec), python=str(tmp_path / "no-python"))
+    with pytest.raises(EdgeKDError, match=r"no-python \(adb shell\) on phone failed: .*not found"):
+        dev.run_agent({"model": identity_model(tmp_path / "m.onnx")}, [])
+    assert not os.listdir(phone)

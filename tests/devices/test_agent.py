@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -174,7 +175,15 @@ def test_alternate_interleaves_trials_abba_and_reports_ratio():
     assert len(out["trial_ratios"]) == 4 and out["ratio_ci95"][0] <= out["ratio_ci95"][1]
 
 
-def test_agent_vs_times_both_models_and_pins_affinity(tmp_path):
+@pytest.fixture
+def keep_affinity():
+    """main() pins the calling process; give pytest its cores back afterwards."""
+    cores = os.sched_getaffinity(0)
+    yield
+    os.sched_setaffinity(0, cores)
+
+
+def test_agent_vs_times_both_models_and_pins_affinity(tmp_path, keep_affinity):
     a = identity_model(tmp_path / "a.onnx")
     b = identity_model(tmp_path / "b.onnx")
     r = agent.main(
@@ -203,3 +212,9 @@ def test_agent_writes_out_file_when_asked(tmp_path):
         ]
     )
     assert json.loads((tmp_path / "r.json").read_text()) == r
+
+
+def test_agent_names_the_fix_for_cores_the_machine_lacks(tmp_path, keep_affinity):
+    a = identity_model(tmp_path / "a.onnx")
+    with pytest.raises(SystemExit, match=r"cpu_affinity \[4096\]: this machine has cores"):
+        agent.main(["--model", str(a), "--cpu-affinity", "4096"])
