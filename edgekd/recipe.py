@@ -35,7 +35,7 @@ from edgekd.config import (
 )
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, read_json, sha256_file, write_json
-from edgekd.progress import console
+from edgekd.progress import console, track
 
 STAGE_FILE = ".stage.json"
 
@@ -431,26 +431,26 @@ def profile_models(models: list[Path], recipe: Recipe, seq_len: int, folder: Pat
 
     p = recipe.profile
     texts = load_task(recipe.data).dev.texts
+    jobs = [(device, model) for device in p.devices for model in models]
     with atomic_dir(folder) as tmp:
-        for device in p.devices:
-            for model in models:
-                r = profile_model(
-                    model,
-                    device,
-                    p.threads,
-                    p.runs,
-                    p.warmup,
-                    seq_len,
-                    texts,
-                    p.trials,
-                    host=p.hosts.get(device),
-                )
-                name = r["device"]  # the spec's name: an entry may be a path to a YAML spec
-                console.print(
-                    f"{name} {model.name}: p50 {r['p50_ms']:.3f} ms, p90 {r['p90_ms']:.3f} ms"
-                    + (" [yellow](noisy)[/]" if r["noisy"] else "")
-                )
-                write_json(tmp / f"profile-{name}-{model.stem}.json", r)
+        for device, model in track(jobs, f"profile {len(models)} model(s)"):
+            r = profile_model(
+                model,
+                device,
+                p.threads,
+                p.runs,
+                p.warmup,
+                seq_len,
+                texts,
+                p.trials,
+                host=p.hosts.get(device),
+            )
+            name = r["device"]  # the spec's name: an entry may be a path to a YAML spec
+            console.print(
+                f"{name} {model.name}: p50 {r['p50_ms']:.3f} ms, p90 {r['p90_ms']:.3f} ms"
+                + (" [yellow](noisy)[/]" if r["noisy"] else "")
+            )
+            write_json(tmp / f"profile-{name}-{model.stem}.json", r)
 
 
 def write_report_into(run_dir: Path, only: list[Path], folder: Path) -> None:
