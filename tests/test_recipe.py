@@ -12,12 +12,12 @@ from edgekd.errors import EdgeKDError
 from edgekd.recipe import content_hash, load_recipe, run_recipe
 
 
-def write_recipe(tmp_path: Path, teacher: Path, data: Path, budget: dict, **extra) -> Path:
+def write_recipe(tmp_path: Path, teacher_dir: Path, data: Path, budget: dict, **extra) -> Path:
     recipe = {
         "name": "tiny",
         "out": str(tmp_path / "run"),
         "data": {"spec": str(data)},
-        "teacher": {"path": str(teacher)},
+        "teacher": {"path": str(teacher_dir)},
         "distill": {"epochs": 1, "student_options": {"embedding_dim": 16, "hidden_size": 8,
                                                      "mlp_size": 16}},
         "variants": {"small": {}, "tiny": {"student_options": {"hidden_size": 4}}},
@@ -148,3 +148,21 @@ def test_run_recipe_profiles_and_checks_every_device_by_its_spec_name(
     ]  # fmt: skip
     html = (run / "report" / "report.html").read_text()
     assert "<h2>core0</h2>" in html and "<h2>local-cpu</h2>" in html
+
+
+def test_run_recipe_fine_tunes_a_teacher_when_none_is_given(tmp_path, tiny_data):
+    from conftest import build_tiny_bert
+
+    base = build_tiny_bert(tmp_path / "base", classifier=False)
+    recipe = write_recipe(
+        tmp_path, tiny_data, tiny_data, {"max_bytes": 10_000_000},
+        teacher={"finetune": {"base": str(base), "epochs": 1, "data": {"max_train": 80}}},
+        variants={"small": {}},
+    )  # fmt: skip
+    assert run_recipe(recipe) == 0
+    run = tmp_path / "run"
+    assert statuses(run)["teacher"] == "ran"
+    assert (run / "teacher" / "config.json").is_file()  # an HF classifier folder
+    student = yaml.safe_load((run / "small" / "student" / "config.yaml").read_text())
+    assert Path(student["teacher"]) == run / "teacher"
+    assert run_recipe(recipe) == 0 and statuses(run)["teacher"] == "cached"
