@@ -524,14 +524,18 @@ def profile(
         texts = load_task(
             DataConfig(spec=data, text_column=text_column, text_pair_column=text_pair_column)
         ).dev.texts
+    from edgekd.progress import track
+
     results = [
         profile_model(model, device, threads, runs, warmup, n, texts, trials, vs, host, processes)
-        for n in progress_iter(lengths, "profiling", len(lengths) > 1)
+        for n in (track(lengths, "profiling") if len(lengths) > 1 else lengths)
     ]
     if len(results) > 1:
         print_sweep(results)
-    for r in results if len(results) == 1 else []:
-        print_vs(r) if vs else print_profile(r)
+    elif vs:
+        print_vs(results[0])
+    else:
+        print_profile(results[0])
     for r in results:
         series = {Path(r["model"]).name: r, "tokenize+infer": r.get("end_to_end")}
         if vs:
@@ -546,14 +550,6 @@ def profile(
                 )
     if json_out:
         write_json(json_out, results[0] if len(results) == 1 else {"sweep": results})
-
-
-def progress_iter(items: list[Any], what: str, show: bool) -> Any:
-    if not show:
-        return items
-    from edgekd.progress import track
-
-    return track(items, what)
 
 
 def print_profile(r: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ hashes, and each stage's key, status and seconds.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import platform
@@ -417,20 +418,29 @@ def median_length(teacher: str, data: DataConfig) -> int:
 
     from transformers import AutoTokenizer
 
-    from edgekd.data import load_task
-
     tok = AutoTokenizer.from_pretrained(teacher)
-    dev = load_task(data).dev.texts
+    dev = dev_texts(data)
     lengths = [len(tok(*([t] if isinstance(t, str) else list(t)))["input_ids"]) for t in dev[:2000]]
     return int(statistics.median(lengths))
 
 
-def profile_models(models: list[Path], recipe: Recipe, seq_len: int, folder: Path) -> None:
+@functools.lru_cache(maxsize=2)
+def _dev_texts(data_json: str) -> list[Any]:
     from edgekd.data import load_task
+
+    return load_task(DataConfig.model_validate_json(data_json)).dev.texts
+
+
+def dev_texts(data: DataConfig) -> list[Any]:
+    """The dev texts, read once per run however many stages profile with them."""
+    return _dev_texts(data.model_dump_json())
+
+
+def profile_models(models: list[Path], recipe: Recipe, seq_len: int, folder: Path) -> None:
     from edgekd.devices.profile import profile_model
 
     p = recipe.profile
-    texts = load_task(recipe.data).dev.texts
+    texts = dev_texts(recipe.data)
     jobs = [(device, model) for device in p.devices for model in models]
     with atomic_dir(folder) as tmp:
         for device, model in track(jobs, f"profile {len(models)} model(s)"):
