@@ -35,7 +35,6 @@ class Point:
     """One model: its accuracy and size, and its profile on each device."""
 
     label: str
-    path: Path
     accuracy: float | None
     bytes: int
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # device → profile
@@ -64,7 +63,7 @@ def collect_points(run_dir: Path, only: list[Path] | None = None) -> list[Point]
             path = (export.parent / entry["path"]).resolve()
             if path.is_file():
                 label = f"{variant} {kind}"
-                points[path] = Point(label, path, entry.get("accuracy"), path.stat().st_size)
+                points[path] = Point(label, entry.get("accuracy"), path.stat().st_size)
         teacher_acc = report.get("teacher_accuracy", teacher_acc)
     for prof_path in found(run_dir, "profile*.json", only):
         prof = read_json(prof_path)
@@ -75,7 +74,7 @@ def collect_points(run_dir: Path, only: list[Path] | None = None) -> list[Point]
             is_teacher = "teacher" in model.parent.name
             label = "teacher fp32" if is_teacher else model.parent.name + " " + model.stem
             acc = teacher_acc if is_teacher else prof.get("accuracy")
-            points[model] = Point(label, model, acc, model.stat().st_size)
+            points[model] = Point(label, acc, model.stat().st_size)
         if model in points:
             points[model].profiles[prof.get("device", "local-cpu")] = prof
     if not points:

@@ -73,6 +73,22 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+def identity_model(path: Path) -> Path:
+    """A one-node ONNX graph (input_ids → Identity): the cheapest model an agent can time."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])
+    y = helper.make_tensor_value_info("logits", TensorProto.INT64, ["batch", "seq"])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["input_ids"], ["logits"])], "g", [x], [y]
+    )
+    # IR 10: onnx 1.23 writes IR 14 by default, newer than onnxruntime 1.31 reads (13).
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    onnx.save(model, str(path))
+    return path
+
+
 def build_tiny_bert(folder: Path, classifier: bool = True, seed: int = 0) -> Path:
     """A 2-layer, hidden-32 BERT with a WordPiece vocabulary of the test words."""
     import torch

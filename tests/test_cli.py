@@ -338,7 +338,7 @@ def test_cli_check_uses_the_device_specs_default_budget(tmp_path):
 
 
 def test_cli_profile_vs_and_seq_len_sweep(tmp_path):
-    from tests.devices.test_agent import identity_model
+    from conftest import identity_model
 
     a = identity_model(tmp_path / "a.onnx")
     b = identity_model(tmp_path / "b.onnx")
@@ -380,7 +380,7 @@ def test_cli_run_recipe_exits_with_the_checks_code_and_report_rewrites(
 
 def test_cli_profile_warns_when_trials_disagree(tmp_path, monkeypatch):
     import edgekd.devices.profile as profile
-    from tests.devices.test_agent import identity_model
+    from conftest import identity_model
 
     model = identity_model(tmp_path / "a.onnx")
     real = profile.profile_model

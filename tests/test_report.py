@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 
+from conftest import identity_model
 from edgekd.errors import EdgeKDError
 from edgekd.report import FRONT_COLOUR, collect_points, pareto_front, write_report
-from tests.devices.test_agent import identity_model
 
 CHROMIUM = (
     shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")

@@ -8,11 +8,10 @@ from pathlib import PurePosixPath
 
 import pytest
 
+from conftest import identity_model
 from edgekd.devices.base import load_device
 from edgekd.devices.profile import profile_model
 from edgekd.errors import EdgeKDError
-
-from .test_agent import identity_model
 
 # push/pull copy files, shell runs its single argument with sh -c (as adbd does on
 # the phone); every call is logged so the test can read the exact argv.

@@ -4,10 +4,9 @@ import subprocess
 import sys
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
 
+from conftest import identity_model
 from edgekd.devices import agent
 from edgekd.devices.base import AGENT, load_spec
 from edgekd.devices.profile import profile_model
@@ -35,18 +34,6 @@ KEYS = {
     "cpu",
     "bytes",
 }
-
-
-def identity_model(path):
-    x = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])
-    y = helper.make_tensor_value_info("logits", TensorProto.INT64, ["batch", "seq"])
-    graph = helper.make_graph(
-        [helper.make_node("Identity", ["input_ids"], ["logits"])], "g", [x], [y]
-    )
-    # IR 10: onnx 1.23 writes IR 14 by default, newer than onnxruntime 1.31 reads (13).
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
-    onnx.save(model, str(path))
-    return path
 
 
 def test_percentile_interpolates_linearly():

@@ -1,8 +1,7 @@
 import pytest
 
+from conftest import identity_model
 from edgekd.devices.profile import combine_processes, profile_model
-
-from .test_agent import identity_model
 
 
 def fake_run(ratios, p50):

@@ -10,11 +10,10 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from conftest import identity_model
 from edgekd.devices.base import load_device
 from edgekd.devices.profile import profile_model
 from edgekd.errors import EdgeKDError
-
-from .test_agent import identity_model
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
