@@ -60,7 +60,7 @@ def variants(student: Path, out: Path, data: Any) -> dict[str, dict[str, Any]]:
     for mode in ("dynamic", "static"):
         for preset in PRESETS:
             folder = out / f"{mode}-{preset}"
-            cfg = ExportConfig(int8=mode, preset=preset, guard=False)  # type: ignore[arg-type]
+            cfg = ExportConfig(int8_mode=mode, preset=preset, guard=False)  # type: ignore[arg-type]
             report = run_export(student, folder, cfg, data)
             if "fp32" not in models:
                 models["fp32"] = {**report["models"]["fp32"], "path": folder / FP32}

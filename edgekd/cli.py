@@ -10,10 +10,23 @@ import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import typer
+from pydantic import BaseModel
 
+from edgekd.config import (
+    AugmentConfig,
+    Calibration,
+    DataConfig,
+    DistillConfig,
+    Ensemble,
+    ExportConfig,
+    Int8Mode,
+    Preset,
+    TeacherConfig,
+    TeacherRuntime,
+)
 from edgekd.errors import EdgeKDError
 
 app = typer.Typer(
@@ -53,75 +66,107 @@ def parse_options(pairs: list[str] | None, flag: str = "--student-option") -> di
     return out
 
 
-def with_data(cfg: Any, data: str | None = None, **fields: Any) -> Any:
-    """`cfg` with its `data` section overridden by the data options given."""
-    from edgekd.config import override
+def field(
+    model: type[BaseModel],
+    name: str,
+    *decls: str,
+    help: str | None = None,
+    default: str | None = None,
+) -> Any:
+    """A typer option whose default and help come from `model`'s field, so the config
+    model stays the one place a default is written (choices: annotate the parameter
+    with the field's Literal alias). `default` is the text shown when the field's own
+    default is None (e.g. "auto-detected")."""
+    info = model.model_fields[name]
+    value = None if info.default_factory is not None else info.default
+    if value is None and default is None:
+        raise TypeError(f"{model.__name__}.{name} defaults to None: say what that means")
+    return typer.Option(value, *decls, help=help or info.description, show_default=default or True)
 
-    return override(cfg, data=override(cfg.data, spec=data, **fields))
+
+def given(ctx: typer.Context, **values: Any) -> dict[str, Any]:
+    """The options the user typed: those left at their default must not override a
+    `--config` file's fields."""
+
+    # By name: typer carries its own copy of click, whose enum is not click's.
+    def typed(name: str) -> bool:
+        source = ctx.get_parameter_source(name)
+        return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+
+    return {k: v for k, v in values.items() if typed(k)}
 
 
-# Options shared by commands that read data.
-DATA = typer.Option(None, "--data", help="HF dataset (glue/sst2) or local file/folder.")
-TEXT_COL = typer.Option(None, "--text-column", help="Text column (auto-detected).")
-LABEL_COL = typer.Option(None, "--label-column", help="Label column (auto-detected).")
-PAIR_COL = typer.Option(
-    None, "--text-pair-column", help="Second text column of a sentence-pair task."
+def data_fields(ctx: typer.Context, **values: Any) -> dict[str, Any]:
+    """The `DataConfig` fields given on the command line (`--data` is its `spec`)."""
+    fields = given(ctx, **values)
+    if "data" in fields:
+        fields["spec"] = fields.pop("data")
+    return fields
+
+
+# Options shared by commands that read data; defaults are DataConfig's.
+DATA = field(DataConfig, "spec", "--data", help="HF dataset (glue/sst2) or local file/folder.")
+TEXT_COL = field(DataConfig, "text_column", "--text-column", default="auto-detected")
+LABEL_COL = field(DataConfig, "label_column", "--label-column", default="auto-detected")
+PAIR_COL = field(DataConfig, "text_pair_column", "--text-pair-column", default="none: single texts")
+MAX_TRAIN = field(
+    DataConfig, "max_train", "--max-train", help="Seeded subsample of training rows (rows).",
+    default="all rows",
+)  # fmt: skip
+MAX_DEV = field(
+    DataConfig, "max_dev", "--max-dev", help="Seeded subsample of dev rows (rows).",
+    default="all rows",
+)  # fmt: skip
+TRAIN_SPLIT = field(DataConfig, "train_split", "--train-split")
+DEV_SPLIT = field(DataConfig, "dev_split", "--dev-split", default="dev, validation or valid")
+CONFIG = typer.Option(
+    None,
+    "--config",
+    help="YAML config (see examples/); options given on the command line override it.",
+    show_default="none",
 )
-MAX_TRAIN = typer.Option(None, "--max-train", help="Random subsample of training rows.")
-MAX_DEV = typer.Option(None, "--max-dev", help="Random subsample of dev rows.")
-TRAIN_SPLIT = typer.Option(None, "--train-split", help="Training split name or file stem.")
-DEV_SPLIT = typer.Option(None, "--dev-split", help="Dev split (default: dev/validation).")
-CONFIG = typer.Option(None, "--config", help="YAML config; options given here override it.")
+OFF = "off"  # the shown default of a plain on/off flag
 
 
 @app.command()
 @user_errors
 def teacher(
+    ctx: typer.Context,
     out: Path = typer.Option(..., "--out", help="Folder for the fine-tuned HF classifier."),
-    base: str | None = typer.Option(None, help="HF id or folder (default: packaged MiniLM)."),
-    data: str | None = DATA,
+    base: str = field(TeacherConfig, "base", "--base"),
+    data: str = DATA,
     text_column: str | None = TEXT_COL,
     label_column: str | None = LABEL_COL,
     text_pair_column: str | None = PAIR_COL,
     max_train: int | None = MAX_TRAIN,
     max_dev: int | None = MAX_DEV,
-    train_split: str | None = TRAIN_SPLIT,
+    train_split: str = TRAIN_SPLIT,
     dev_split: str | None = DEV_SPLIT,
-    epochs: float | None = typer.Option(None, help="Passes over the training rows."),
-    lr: float | None = typer.Option(None, help="AdamW learning rate."),
-    batch_size: int | None = typer.Option(None, help="Rows per step."),
-    max_length: int | None = typer.Option(None, help="Tokens per text."),
-    seed: int | None = typer.Option(None),
+    epochs: float = field(TeacherConfig, "epochs", "--epochs"),
+    lr: float = field(TeacherConfig, "lr", "--lr"),
+    batch_size: int = field(TeacherConfig, "batch_size", "--batch-size"),
+    max_length: int = field(TeacherConfig, "max_length", "--max-length"),
+    seed: int = field(TeacherConfig, "seed", "--seed"),
     config: Path | None = CONFIG,
 ) -> None:
     """Fine-tune a BERT-style encoder into a teacher classifier."""
-    from edgekd.config import TeacherConfig, load_yaml, override, save_config, validate
+    from edgekd.config import load_yaml, override, save_config, validate
     from edgekd.data import load_task
     from edgekd.io import atomic_dir, write_json
     from edgekd.teacher import finetune
 
     cfg = validate(TeacherConfig, load_yaml(config), str(config)) if config else TeacherConfig()
-    cfg = override(
-        cfg,
-        base=base,
-        epochs=epochs,
-        lr=lr,
-        batch_size=batch_size,
-        max_length=max_length,
+    own = given(
+        ctx, base=base, epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length,
         seed=seed,
-    )
-    cfg = with_data(
-        cfg,
-        data,
-        text_column=text_column,
-        label_column=label_column,
-        text_pair_column=text_pair_column,
-        max_train=max_train,
-        max_dev=max_dev,
-        train_split=train_split,
-        dev_split=dev_split,
-        seed=seed,
-    )
+    )  # fmt: skip
+    cfg = override(cfg, **own)
+    fields = data_fields(
+        ctx, data=data, text_column=text_column, label_column=label_column,
+        text_pair_column=text_pair_column, max_train=max_train, max_dev=max_dev,
+        train_split=train_split, dev_split=dev_split,
+    )  # fmt: skip
+    cfg = with_data(cfg, fields, own.get("seed"))
     task = load_task(cfg.data)
     with atomic_dir(out) as tmp:
         metrics = finetune(cfg, task, tmp)
@@ -130,76 +175,124 @@ def teacher(
     typer.echo(f"teacher: dev accuracy {metrics['dev_accuracy']:.4f} → {out}")
 
 
+def with_data(cfg: Any, fields: dict[str, Any], seed: int | None) -> Any:
+    """`cfg` with its `data` section overridden by the data options given; a given
+    --seed also seeds the subsample."""
+    from edgekd.config import override
+
+    return override(cfg, data=override(cfg.data, seed=seed, **fields))
+
+
 @app.command()
 @user_errors
 def distill(
-    teacher: str | None = typer.Option(None, "--teacher", help="Fine-tuned HF classifier."),
+    ctx: typer.Context,
+    teacher: str | None = typer.Option(
+        None,
+        "--teacher",
+        help="Fine-tuned HF classifier: a folder or hub id.",
+        show_default="the --config file's",
+    ),
     out: Path = typer.Option(..., "--out", help="Folder for the student."),
     extra_teacher: list[str] | None = typer.Option(
-        None, "--extra-teacher", help="Another teacher for an ensemble (repeatable)."
+        None,
+        "--extra-teacher",
+        help="Another teacher for an ensemble (repeatable).",
+        show_default="none",
     ),
-    ensemble: str | None = typer.Option(None, help="Ensemble by averaging logits or probs."),
-    data: str | None = DATA,
-    student: str | None = typer.Option(None, "--student", help="Student kind: bilstm or bert."),
+    ensemble: Ensemble = field(DistillConfig, "ensemble", "--ensemble"),
+    data: str = DATA,
+    student: str = field(
+        DistillConfig, "student", "--student", help="Student kind: bilstm or bert."
+    ),
     student_option: list[str] | None = typer.Option(
-        None, "--student-option", "-s", help="Student config field, key=value (repeatable)."
+        None,
+        "--student-option",
+        "-s",
+        help="Student config field, key=value, e.g. embedding_dim=64 (repeatable).",
+        show_default="none",
     ),
-    layers: int | None = typer.Option(None, help="bert student: transformer layers."),
-    hidden: int | None = typer.Option(None, help="bert student: width (default: teacher's)."),
-    heads: int | None = typer.Option(None, help="bert student: attention heads."),
-    ffn: int | None = typer.Option(None, help="bert student: FFN inner width."),
-    intermediate: str | None = typer.Option(
-        None, help="Intermediate-layer loss for a bert student: pkd, tinybert or alp."
+    layers: int | None = typer.Option(
+        None, "--layers", help="bert student: transformer layers.", show_default="3"
+    ),
+    hidden: int | None = typer.Option(
+        None, "--hidden", help="bert student: width (units).", show_default="the teacher's"
+    ),
+    heads: int | None = typer.Option(
+        None, "--heads", help="bert student: attention heads.", show_default="the teacher's"
+    ),
+    ffn: int | None = typer.Option(
+        None, "--ffn", help="bert student: FFN inner width (units).", show_default="the teacher's"
+    ),
+    intermediate: str | None = field(
+        DistillConfig, "intermediate", "--intermediate", default="none: logits only"
     ),
     assistant_layers: int | None = typer.Option(
         None,
         "--assistant-layers",
         help="TAKD: first distil a bert assistant of this many layers, then the student from it.",
+        show_default="none: no assistant",
     ),
     intermediate_option: list[str] | None = typer.Option(
         None,
         "--intermediate-option",
         "-i",
         help="layer_map=uniform|top|bottom|last, weight=..., stage_epochs=... (repeatable).",
+        show_default="none",
     ),
     augment: str | None = typer.Option(
         None,
+        "--augment",
         help="Comma-separated: mask, pos, ngram, tang (all three), minimax (pick the most "
         "divergent variants each epoch), mixup (MixKD).",
+        show_default="none",
     ),
-    n_iter: int | None = typer.Option(None, help="Augmented variants per training text."),
-    max_augmented: int | None = typer.Option(None, help="Cap on augmented rows (subsample)."),
-    minimax_k: int | None = typer.Option(
-        None, help="minimax: variants kept per text each epoch (the most divergent)."
+    n_iter: int = field(AugmentConfig, "n_iter", "--n-iter"),
+    max_augmented: int | None = field(
+        AugmentConfig,
+        "max_rows",
+        "--max-augmented",
+        help="Cap on augmented rows, a seeded subsample (rows).",
+        default="all",
     ),
-    loss: str | None = typer.Option(
-        None, help="mse (Tang et al.), kd (Hinton) or annealing (Jafari et al.)."
+    minimax_k: int = field(AugmentConfig, "minimax_k", "--minimax-k"),
+    loss: str = field(
+        DistillConfig,
+        "loss",
+        "--loss",
+        help="mse (Tang et al.), kd (Hinton), annealing (Jafari et al.) or uniform.",
     ),
     loss_option: list[str] | None = typer.Option(
-        None, "--loss-option", "-l", help="Loss argument, key=value, e.g. tau_max=7."
+        None,
+        "--loss-option",
+        "-l",
+        help="Loss argument, key=value, e.g. tau_max=7 (repeatable).",
+        show_default="none",
     ),
-    temperature: float | None = typer.Option(None, help="Softmax temperature for kd."),
-    ce_weight: float | None = typer.Option(None, help="Weight of gold-label CE, 0..1."),
-    epochs: int | None = typer.Option(None),
-    batch_size: int | None = typer.Option(None),
-    lr: float | None = typer.Option(None),
-    patience: int | None = typer.Option(None, help="Epochs without dev gain before stopping."),
+    temperature: float = field(DistillConfig, "temperature", "--temperature"),
+    ce_weight: float = field(DistillConfig, "ce_weight", "--ce-weight"),
+    epochs: int = field(DistillConfig, "epochs", "--epochs"),
+    batch_size: int = field(DistillConfig, "batch_size", "--batch-size"),
+    lr: float | None = field(
+        DistillConfig, "lr", "--lr", default="the student's: bilstm 1e-3, bert 5e-5"
+    ),
+    patience: int = field(DistillConfig, "patience", "--patience"),
     text_column: str | None = TEXT_COL,
     label_column: str | None = LABEL_COL,
     text_pair_column: str | None = PAIR_COL,
     max_train: int | None = MAX_TRAIN,
     max_dev: int | None = MAX_DEV,
-    train_split: str | None = TRAIN_SPLIT,
+    train_split: str = TRAIN_SPLIT,
     dev_split: str | None = DEV_SPLIT,
-    cache_dir: str | None = typer.Option(None, help="Teacher-logit cache folder."),
-    teacher_runtime: str | None = typer.Option(
-        None, help="torch (fp32) or onnx-int8 (faster labelling; agreement reported)."
+    cache_dir: str | None = field(
+        DistillConfig, "cache_dir", "--cache-dir", default="$EDGEKD_CACHE or ~/.cache/edgekd"
     ),
-    seed: int | None = typer.Option(None),
+    teacher_runtime: TeacherRuntime = field(DistillConfig, "teacher_runtime", "--teacher-runtime"),
+    seed: int = field(DistillConfig, "seed", "--seed"),
     config: Path | None = CONFIG,
 ) -> None:
     """Distil a teacher into a small student (BiLSTM or small BERT)."""
-    from edgekd.config import DistillConfig, load_yaml, override, validate
+    from edgekd.config import load_yaml, override, validate
 
     raw = load_yaml(config) if config else {}
     if teacher:
@@ -214,16 +307,10 @@ def distill(
         **parse_options(student_option),
     }
     methods = [m.strip() for m in augment.split(",") if m.strip()] if augment else None
-    cfg = override(
-        cfg,
-        augment=override(
-            cfg.augment,
-            methods=methods,
-            n_iter=n_iter,
-            max_rows=max_augmented,
-            minimax_k=minimax_k,
-        ),
-    )
+    aug = given(ctx, n_iter=n_iter, max_augmented=max_augmented, minimax_k=minimax_k)
+    if "max_augmented" in aug:
+        aug["max_rows"] = aug.pop("max_augmented")
+    cfg = override(cfg, augment=override(cfg.augment, methods=methods, **aug))
     loss_options = {**cfg.loss_options, **parse_options(loss_option, "--loss-option")}
     layer_options = {
         **cfg.intermediate_options,
@@ -233,38 +320,26 @@ def distill(
         cfg = override(
             cfg, assistant={"student": "bert", "student_options": {"layers": assistant_layers}}
         )
+    own = given(
+        ctx, intermediate=intermediate, student=student, ensemble=ensemble, loss=loss,
+        temperature=temperature, ce_weight=ce_weight, epochs=epochs, batch_size=batch_size,
+        lr=lr, patience=patience, cache_dir=cache_dir, teacher_runtime=teacher_runtime,
+        seed=seed,
+    )  # fmt: skip
     cfg = override(
         cfg,
-        intermediate=intermediate,
         intermediate_options=layer_options,
-        student=student,
         student_options=options,
         loss_options=loss_options,
         extra_teachers=extra_teacher or None,
-        ensemble=ensemble,
-        loss=loss,
-        temperature=temperature,
-        ce_weight=ce_weight,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        patience=patience,
-        cache_dir=cache_dir,
-        teacher_runtime=teacher_runtime,
-        seed=seed,
+        **own,
     )
-    cfg = with_data(
-        cfg,
-        data,
-        text_column=text_column,
-        label_column=label_column,
-        text_pair_column=text_pair_column,
-        max_train=max_train,
-        max_dev=max_dev,
-        train_split=train_split,
-        dev_split=dev_split,
-        seed=seed,
-    )
+    fields = data_fields(
+        ctx, data=data, text_column=text_column, label_column=label_column,
+        text_pair_column=text_pair_column, max_train=max_train, max_dev=max_dev,
+        train_split=train_split, dev_split=dev_split,
+    )  # fmt: skip
+    cfg = with_data(cfg, fields, own.get("seed"))
     from edgekd.distill.trainer import run_distill
 
     m = run_distill(cfg, out)
@@ -284,9 +359,11 @@ def eval_(
     label_column: str | None = LABEL_COL,
     text_pair_column: str | None = PAIR_COL,
     max_dev: int | None = MAX_DEV,
-    train_split: str | None = TRAIN_SPLIT,
+    train_split: str = TRAIN_SPLIT,
     dev_split: str | None = DEV_SPLIT,
-    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON."),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="Write the result to this JSON file.", show_default="none"
+    ),
 ) -> None:
     """Score a teacher, a student or an ONNX model on the dev split."""
     from edgekd.config import DataConfig
@@ -302,7 +379,7 @@ def eval_(
             label_column=label_column,
             text_pair_column=text_pair_column,
             max_dev=max_dev,
-            train_split=train_split or "train",
+            train_split=train_split,
             dev_split=dev_split,
         )
     )
@@ -319,74 +396,120 @@ def eval_(
 @app.command()
 @user_errors
 def export(
+    ctx: typer.Context,
     student_dir: Path = typer.Argument(..., help="Student folder from `edgekd distill`."),
     out: Path = typer.Option(..., "--out", help="Folder for the ONNX models."),
-    int8: str = typer.Option(
-        "none", "--int8", help="Also write an int8 model: dynamic, static (QDQ) or none."
+    int8: bool = typer.Option(
+        False,
+        "--int8",
+        help="Also write model.int8.onnx: dynamic int8 unless --int8-mode static; kept only "
+        "if it beats fp32 on this CPU (see --guard).",
+        show_default=OFF,
     ),
-    preset: str | None = typer.Option(
-        None, help="int8 target CPU: auto (this CPU's flags), avx2, avx512_vnni, arm64."
+    int8_mode: Int8Mode = field(
+        ExportConfig,
+        "int8_mode",
+        "--int8-mode",
+        help="dynamic: int8 weights, activations scaled at run time (LSTM-capable); static: "
+        "QDQ with activation ranges calibrated on training rows. Implies --int8.",
     ),
+    preset: Preset = field(ExportConfig, "preset", "--preset"),
     device: str | None = typer.Option(
-        None, help="Device name or spec: its int8 preset (unless --preset is given)."
+        None,
+        "--device",
+        help="Device name or spec path: take its int8 preset (unless --preset is given).",
+        show_default="none: --preset",
     ),
-    calibration: str | None = typer.Option(
-        None, help="Static int8 calibration: minmax, entropy or percentile."
+    calibration: Calibration = field(ExportConfig, "calibration", "--calibration"),
+    calibration_samples: int = field(ExportConfig, "calibration_samples", "--calibration-samples"),
+    per_channel: bool | None = typer.Option(
+        None,
+        "--per-channel/--per-tensor",
+        help="int8 weight scales per output channel or per tensor.",
+        show_default="the preset's",
     ),
-    calibration_samples: int | None = typer.Option(None, help="Training rows to calibrate on."),
-    per_channel: bool | None = typer.Option(None, "--per-channel/--per-tensor"),
-    reduce_range: bool | None = typer.Option(None, "--reduce-range/--full-range"),
+    reduce_range: bool | None = typer.Option(
+        None,
+        "--reduce-range/--full-range",
+        help="7-bit int8 weights (avoids overflow on CPUs without VNNI) or the full 8 bits.",
+        show_default="the preset's",
+    ),
     guard: bool = typer.Option(
         True, "--guard/--no-guard", help="Keep int8 only if it beats fp32 on this CPU."
     ),
-    max_int8_drop: float | None = typer.Option(
-        None, help="Accuracy repair: keep sensitive nodes in fp32 until int8 loses at most this."
+    max_int8_drop: float | None = field(
+        ExportConfig, "max_int8_drop", "--max-int8-drop", default="none: no repair"
     ),
     mobile: bool = typer.Option(
-        False, "--mobile", help="Also write .ort (+ required operators) and a usability report."
+        False,
+        "--mobile",
+        help="Also write .ort (+ required operators) and a usability report.",
+        show_default=OFF,
     ),
-    fixed_shape: str | None = typer.Option(
-        None, help="BATCHxSEQUENCE, e.g. 1x64: a fixed-shape variant for NNAPI/CoreML."
+    fixed_shape: str | None = field(
+        ExportConfig, "fixed_shape", "--fixed-shape", default="none: dynamic shapes only"
     ),
     executorch: bool = typer.Option(
-        False, "--executorch", help="Also write an ExecuTorch .pte (needs executorch)."
+        False,
+        "--executorch",
+        help="Also write an ExecuTorch .pte (needs the executorch extra of edgekd).",
+        show_default=OFF,
     ),
     data: str | None = typer.Option(
         None,
         "--data",
-        help="Re-score on this data's dev split (default: the data the student was distilled on).",
+        help="Re-score on this data's dev split.",
+        show_default="the data the student was distilled on",
     ),
-    atol: float | None = typer.Option(None, help="Max |ONNX − PyTorch| logit difference."),
-    opset: int | None = typer.Option(None),
+    atol: float = field(ExportConfig, "atol", "--atol"),
+    opset: int = field(ExportConfig, "opset", "--opset"),
 ) -> None:
-    """Export a student to ONNX (validated against PyTorch), optionally int8."""
-    from edgekd.config import ExportConfig, override
+    """Export a student to ONNX (validated against PyTorch), optionally int8 (--int8)."""
+    from edgekd.config import override
     from edgekd.exporters.run import run_export, student_data_config
 
-    if int8 not in ("none", "dynamic", "static"):
-        raise EdgeKDError(f"--int8 {int8!r}: use dynamic, static or none")
-    if device is not None and preset is None:
+    quant = given(
+        ctx, int8_mode=int8_mode, preset=preset, device=device, per_channel=per_channel,
+        reduce_range=reduce_range, max_int8_drop=max_int8_drop, calibration=calibration,
+        calibration_samples=calibration_samples,
+    )  # fmt: skip
+    flags = {p.name: "/".join(p.opts + p.secondary_opts) for p in ctx.command.params}
+    static = {"calibration", "calibration_samples"} & set(quant)
+    if static and int8_mode != "static":  # --int8-mode static is the whole fix: it implies --int8
+        raise EdgeKDError(
+            f"{flags[sorted(static)[0]]} only applies to static int8; add --int8-mode static"
+        )
+    int8 = int8 or "int8_mode" in quant
+    if not int8 and quant:
+        raise EdgeKDError(f"{flags[next(iter(quant))]} only applies to int8 models; add --int8")
+    if device is not None and "preset" not in quant:
         from edgekd.devices.base import load_spec
 
         preset = load_spec(device).int8_preset()
-    cfg = override(
-        ExportConfig(int8=None if int8 == "none" else int8, guard=guard),  # type: ignore[arg-type]
+    cfg = ExportConfig(
+        int8=int8,
+        guard=guard,
         atol=atol,
         opset=opset,
-        preset=preset,
-        calibration=calibration,
-        calibration_samples=calibration_samples,
-        per_channel=per_channel,
-        reduce_range=reduce_range,
-        max_int8_drop=max_int8_drop,
-        mobile=mobile or None,
+        mobile=mobile,
+        executorch=executorch,
         fixed_shape=fixed_shape,
-        executorch=executorch or None,
+        **(
+            {
+                "int8_mode": int8_mode,
+                "preset": preset,
+                "calibration": calibration,
+                "calibration_samples": calibration_samples,
+                "per_channel": per_channel,
+                "reduce_range": reduce_range,
+                "max_int8_drop": max_int8_drop,
+            }
+            if int8
+            else {}
+        ),
     )
     data_cfg = student_data_config(student_dir) if student_dir.is_dir() else None
     if data:
-        from edgekd.config import DataConfig
-
         data_cfg = override(data_cfg or DataConfig(), spec=data)
     r = run_export(student_dir, out, cfg, data_cfg)
     for name, m in r["models"].items():
@@ -394,6 +517,8 @@ def export(
             f"{name}: {m['path']} {m['bytes']:,} B, accuracy {m['accuracy']:.4f}, "
             f"agreement with PyTorch {m['agreement']:.4f}"
         )
+    if r.get("int8_refused"):
+        typer.echo("int8: not kept, it was not faster than fp32 here (export.json says why)")
     typer.echo(
         f"validated at atol {r['atol']:.0e} (max diff "
         f"{r['models']['fp32']['max_abs_diff']:.1e}) → {out}"
@@ -405,8 +530,15 @@ def export(
 def trim(
     student_dir: Path = typer.Argument(..., help="BiLSTM student folder."),
     out: Path = typer.Option(..., "--out", help="Folder for the trimmed student."),
-    min_freq: int = typer.Option(1, help="Keep tokens seen at least this often in training."),
-    keep_top: int | None = typer.Option(None, help="Keep at most this many tokens."),
+    min_freq: int = typer.Option(
+        1, "--min-freq", help="Keep tokens seen at least this often in training (times)."
+    ),
+    keep_top: int | None = typer.Option(
+        None,
+        "--keep-top",
+        help="Keep at most this many tokens, the most frequent.",
+        show_default="no cap",
+    ),
 ) -> None:
     """Drop embedding rows the training set does not use (they map to [UNK])."""
     from edgekd.data import load_task
@@ -438,13 +570,15 @@ def trim(
 def bundle(
     export_dir: Path = typer.Argument(..., help="Folder from `edgekd export`."),
     out: Path = typer.Option(..., "--out", help="Bundle folder; a .zip is written beside it."),
-    model: str = typer.Option("auto", help="auto (int8 if kept, else fp32), int8 or fp32."),
+    model: Literal["auto", "int8", "fp32"] = typer.Option(
+        "auto",
+        "--model",
+        help="Which model ships: auto (int8 if the export kept one, else fp32), int8 or fp32.",
+    ),
 ) -> None:
     """Package the shipping model, tokenizer, labels and a sha256 manifest."""
     from edgekd.bundle import make_bundle
 
-    if model not in ("auto", "int8", "fp32"):
-        raise EdgeKDError(f"--model {model!r}: use auto, int8 or fp32")
     archive = make_bundle(export_dir, out, model)
     typer.echo(f"bundle → {out} and {archive}")
 
@@ -453,12 +587,21 @@ def bundle(
 @user_errors
 def predict(
     bundle_path: Path = typer.Argument(..., metavar="BUNDLE", help="Bundle folder or .zip."),
-    texts: list[str] | None = typer.Argument(None, help="Texts to classify."),
-    file: Path | None = typer.Option(
-        None, "--file", help="One text per line; 'first<TAB>second' is a sentence pair."
+    texts: list[str] | None = typer.Argument(
+        None, help="Texts to classify.", show_default="none: read --file"
     ),
-    json_out: bool = typer.Option(False, "--json", help="One JSON object per line."),
-    threads: int = typer.Option(0, help="onnxruntime intra-op threads (0: all cores)."),
+    file: Path | None = typer.Option(
+        None,
+        "--file",
+        help="One text per line; 'first<TAB>second' is a sentence pair.",
+        show_default="none",
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="One JSON object per line instead of a table.", show_default=OFF
+    ),
+    threads: int = typer.Option(
+        0, "--threads", help="onnxruntime intra-op threads (0: all cores)."
+    ),
 ) -> None:
     """Classify texts with a bundle (onnxruntime + numpy only: no torch, no transformers)."""
     from edgekd.bundle import Bundle
@@ -487,25 +630,45 @@ def predict(
 @user_errors
 def profile(
     model: Path = typer.Argument(..., help="ONNX file."),
-    device: str = typer.Option("local-cpu", help="Device name or YAML spec path."),
-    host: str | None = typer.Option(None, help="[USER@]HOST for an ssh device."),
-    threads: int | None = typer.Option(None, help="Intra-op threads (default: the device's)."),
-    runs: int = typer.Option(200, help="Timed runs in all, split into --trials."),
-    trials: int = typer.Option(5, help="Trials; p50/p90 are medians of the trials' own."),
-    warmup: int = typer.Option(20, help="Untimed runs first."),
+    device: str = typer.Option(
+        "local-cpu", "--device", help="Device name (`edgekd devices`) or YAML spec path."
+    ),
+    host: str | None = typer.Option(
+        None, "--host", help="[USER@]HOST for an ssh device.", show_default="the spec's"
+    ),
+    threads: int | None = typer.Option(
+        None, "--threads", help="onnxruntime intra-op threads.", show_default="the device's"
+    ),
+    runs: int = typer.Option(200, "--runs", help="Timed runs in all, split into --trials."),
+    trials: int = typer.Option(
+        5, "--trials", help="Trials; p50/p90 are medians of the trials' own."
+    ),
+    warmup: int = typer.Option(20, "--warmup", help="Untimed runs first."),
     seq_len: str = typer.Option(
-        "64", help="Tokens per synthetic input; a list (16,32,64,128) sweeps lengths."
+        "64",
+        "--seq-len",
+        help="Tokens per synthetic input; a list (16,32,64,128) sweeps lengths.",
     ),
     vs: Path | None = typer.Option(
-        None, "--vs", help="Time this second model alternately with MODEL; report the ratio."
+        None,
+        "--vs",
+        help="Time this second model alternately with MODEL; report the ratio.",
+        show_default="none",
     ),
     processes: int = typer.Option(
-        3, min=1, help="--vs: agent processes; the interval spans their disagreement."
+        3, "--processes", min=1, help="--vs: agent processes; the interval spans their spread."
     ),
-    data: str | None = typer.Option(None, "--data", help="Dev texts for end-to-end timing."),
+    data: str | None = typer.Option(
+        None,
+        "--data",
+        help="Dev texts for end-to-end (tokenize + infer) timing.",
+        show_default="none: model only",
+    ),
     text_column: str | None = TEXT_COL,
     text_pair_column: str | None = PAIR_COL,
-    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON."),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="Write the result to this JSON file.", show_default="none"
+    ),
 ) -> None:
     """Latency percentiles, load time, memory and size at batch 1 on onnxruntime."""
     from edgekd.devices.agent import NOISY_SPREAD
@@ -636,19 +799,30 @@ def print_vs(r: dict[str, Any]) -> None:
 @user_errors
 def check(
     artifacts: list[Path] = typer.Argument(..., help="Artifact folders (export, profiles)."),
-    budget: Path = typer.Option(..., "--budget", help="Budget YAML."),
+    budget: Path = typer.Option(..., "--budget", help="Budget YAML (examples/budget.yaml)."),
     device: str | None = typer.Option(
-        None, "--device", help="Apply this device's limits from the budget's `devices:`."
+        None,
+        "--device",
+        help="Apply this device's limits: the budget's `devices:` entry, else the spec's.",
+        show_default="none: the top-level limits",
     ),
     json_out: str | None = typer.Option(
-        None, "--json", help="Write results as JSON ('-': stdout)."
+        None, "--json", help="Write results as JSON ('-': stdout).", show_default="none"
     ),
-    junit: Path | None = typer.Option(None, "--junit", help="Write JUnit XML, one case per limit."),
+    junit: Path | None = typer.Option(
+        None, "--junit", help="Write JUnit XML, one case per limit.", show_default="none"
+    ),
     github_summary: bool = typer.Option(
-        False, "--github-summary", help="Append a Markdown table to $GITHUB_STEP_SUMMARY."
+        False,
+        "--github-summary",
+        help="Append a Markdown table to $GITHUB_STEP_SUMMARY.",
+        show_default=OFF,
     ),
     bench_json: Path | None = typer.Option(
-        None, "--bench-json", help="Write github-action-benchmark customSmallerIsBetter JSON."
+        None,
+        "--bench-json",
+        help="Write github-action-benchmark customSmallerIsBetter JSON.",
+        show_default="none",
     ),
 ) -> None:
     """Check measured metrics against a budget: exit 0 if all hold, 1 if any fails."""
@@ -722,9 +896,15 @@ def print_check(results: list[Any], title: str) -> None:
 @user_errors
 def run_(
     recipe: Path = typer.Argument(..., help="Recipe YAML (examples/recipe-*.yaml)."),
-    force: bool = typer.Option(False, "--force", help="Re-run every stage, cache or not."),
+    force: bool = typer.Option(
+        False, "--force", help="Re-run every stage, cache or not.", show_default=OFF
+    ),
     set_: list[str] | None = typer.Option(
-        None, "--set", "-s", help="Override a field: distill.epochs=2, data.max_train=500."
+        None,
+        "--set",
+        "-s",
+        help="Override a field: distill.epochs=2, data.max_train=500 (repeatable).",
+        show_default="none",
     ),
 ) -> None:
     """Run a recipe: teacher → distill → export → profile → check → report, cached by stage."""
@@ -737,7 +917,9 @@ def run_(
 @user_errors
 def report(
     run_dir: Path = typer.Argument(..., help="A run folder (edgekd run, quickstart, ...)."),
-    out: Path | None = typer.Option(None, "--out", help="Folder for the page; RUN_DIR/report."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Folder for the page and plots.", show_default="RUN_DIR/report"
+    ),
 ) -> None:
     """Self-contained HTML page + PNG plots: accuracy vs latency vs size, budgets."""
     from edgekd.report import write_report
@@ -750,7 +932,10 @@ def report(
 @user_errors
 def devices(
     show: str | None = typer.Option(
-        None, "--show", help="Print this spec's YAML (copy it to make your own)."
+        None,
+        "--show",
+        help="Print this spec's YAML (copy it to make your own).",
+        show_default="none: list them all",
     ),
 ) -> None:
     """List the packaged device specs."""
@@ -776,16 +961,23 @@ def devices(
 def quickstart(
     data: str = typer.Option("glue/sst2", "--data", help="HF dataset or local copy."),
     teacher: str | None = typer.Option(
-        None, "--teacher", help="Fine-tuned classifier; default: fine-tune --base first."
+        None,
+        "--teacher",
+        help="Fine-tuned classifier (folder or hub id).",
+        show_default="none: fine-tune --base first",
     ),
-    base: str | None = typer.Option(None, help="Encoder to fine-tune (default: packaged MiniLM)."),
+    base: str = field(TeacherConfig, "base", "--base", help="Encoder to fine-tune (no --teacher)."),
     out: Path = typer.Option(Path("runs/quickstart"), "--out", help="Folder for every stage."),
     max_train: int = typer.Option(
-        100_000, help="Training rows for the student (a seeded subsample above this)."
+        100_000,
+        "--max-train",
+        help="Training rows for the student, a seeded subsample above this (rows).",
     ),
-    teacher_max_train: int = typer.Option(4_000, help="Rows to fine-tune a teacher on."),
-    epochs: int = typer.Option(4, help="Student epochs."),
-    seed: int = typer.Option(0),
+    teacher_max_train: int = typer.Option(
+        4_000, "--teacher-max-train", help="Rows to fine-tune a teacher on (rows)."
+    ),
+    epochs: int = typer.Option(4, "--epochs", help="Student epochs (passes over the rows)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for subsampling, training and export."),
 ) -> None:
     """Teacher → BiLSTM → int8 ONNX → profile → check, ending in one table."""
     from edgekd.quickstart import run_quickstart

@@ -11,12 +11,27 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from edgekd.distill.schedules import Schedule
 from edgekd.errors import EdgeKDError
 
 DEFAULT_BASE = "packaged:all-MiniLM-L6-v2"
+
+# Choices named once: the config fields below and the CLI options both use them.
+Ensemble = Literal["logits", "probs"]
+TeacherRuntime = Literal["torch", "onnx-int8"]
+Int8Mode = Literal["dynamic", "static"]
+Preset = Literal["auto", "avx2", "avx512_vnni", "arm64"]
+Calibration = Literal["minmax", "entropy", "percentile"]
 
 
 class StrictModel(BaseModel):
@@ -46,14 +61,16 @@ class DataConfig(StrictModel):
 class TeacherConfig(StrictModel):
     base: str = Field(DEFAULT_BASE, description="HF id or folder of the encoder to fine-tune.")
     data: DataConfig = Field(default_factory=DataConfig)
-    epochs: float = Field(2.0, gt=0, description="Passes over the training rows.")
+    epochs: float = Field(2.0, gt=0, description="Passes over the training rows (may be 0.5).")
     lr: float = Field(5e-5, gt=0, description="AdamW peak learning rate.")
-    weight_decay: float = Field(0.01, ge=0)
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
     warmup_ratio: float = Field(0.06, ge=0, lt=1, description="Linear warm-up share of steps.")
-    batch_size: int = Field(32, ge=1)
-    max_length: int = Field(64, ge=8, description="Tokens per example (truncated).")
-    eval_every: int = Field(300, ge=1, description="Steps between dev evaluations.")
-    seed: int = 0
+    batch_size: int = Field(32, ge=1, description="Rows per optimiser step (rows).")
+    max_length: int = Field(64, ge=8, description="Tokens per example, longer ones truncated.")
+    eval_every: int = Field(
+        300, ge=1, description="Steps between dev evaluations (also at every epoch's end)."
+    )
+    seed: int = Field(0, description="Seed for subsampling, initialisation and batch order.")
 
 
 class AugmentConfig(StrictModel):
@@ -66,7 +83,9 @@ class AugmentConfig(StrictModel):
     p_pos: float = Field(0.1, ge=0, le=1, description="Per-word POS-swap probability (0.1).")
     p_ng: float = Field(0.25, ge=0, le=1, description="Per-text n-gram probability (0.25).")
     max_ngram: int = Field(5, ge=1, description="n of the kept n-gram is uniform in 1..max.")
-    n_iter: int = Field(20, ge=1, description="Variants drawn per training text (Tang: 20).")
+    n_iter: int = Field(
+        20, ge=1, description="Augmented variants drawn per training text (Tang: 20)."
+    )
     max_rows: int | None = Field(
         None, ge=1, description="Seeded subsample of the deduplicated augmented rows."
     )
@@ -92,7 +111,7 @@ class DistillConfig(StrictModel):
     extra_teachers: list[str] = Field(
         default_factory=list, description="More teachers: distil from the ensemble of all."
     )
-    ensemble: Literal["logits", "probs"] = Field(
+    ensemble: Ensemble = Field(
         "logits", description="Average teachers' logits, or their softened distributions (T)."
     )
     data: DataConfig = Field(default_factory=DataConfig)
@@ -120,25 +139,27 @@ class DistillConfig(StrictModel):
     schedules: dict[str, Schedule] = Field(
         default_factory=dict, description="Per-epoch values for loss attributes (temperature)."
     )
-    temperature: float = Field(1.0, gt=0, description="Softmax temperature T for `kd`.")
+    temperature: float = Field(1.0, gt=0, description="Softmax temperature T for kd.")
     ce_weight: float = Field(
-        0.0, ge=0, le=1, description="Weight of cross-entropy on gold labels (α·CE)."
+        0.0, ge=0, le=1, description="Weight α of cross-entropy on gold labels, 0..1."
     )
-    epochs: int = Field(10, ge=1)
-    batch_size: int = Field(50, ge=1, description="Tang et al. used 50.")
+    epochs: int = Field(10, ge=1, description="Passes over the transfer set (at most).")
+    batch_size: int = Field(50, ge=1, description="Rows per optimiser step (Tang et al.: 50).")
     lr: float | None = Field(
         None, gt=0, description="Adam learning rate; unset: the student's (bilstm 1e-3, bert 5e-5)."
     )
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(5.0, gt=0, description="Max global gradient norm.")
-    patience: int = Field(3, ge=1, description="Epochs without dev gain before stopping.")
-    teacher_runtime: Literal["torch", "onnx-int8"] = Field(
+    patience: int = Field(
+        3, ge=1, description="Epochs without dev gain before stopping early (epochs)."
+    )
+    teacher_runtime: TeacherRuntime = Field(
         "torch", description="Label with PyTorch fp32, or a dynamic int8 ONNX export (faster)."
     )
-    teacher_batch_size: int = Field(64, ge=1)
+    teacher_batch_size: int = Field(64, ge=1, description="Rows per teacher forward pass.")
     teacher_max_length: int = Field(128, ge=8, description="Teacher tokens per example.")
-    cache_dir: str | None = Field(None, description="Teacher-logit cache; ~/.cache/edgekd.")
-    seed: int = 0
+    cache_dir: str | None = Field(None, description="Teacher-logit cache folder.")
+    seed: int = Field(0, description="Seed for subsampling, augmentation, init and batches.")
 
     @field_validator("assistant")
     @classmethod
@@ -152,26 +173,37 @@ class DistillConfig(StrictModel):
 
 
 class ExportConfig(StrictModel):
-    opset: int = Field(17, ge=13)
-    int8: Literal["dynamic", "static"] | None = Field(
-        "dynamic", description="Also write an int8 model: dynamic (LSTM-capable) or static QDQ."
+    opset: int = Field(17, ge=13, description="ONNX opset of the exported graph.")
+    # The CLI spells int8 as a flag (`edgekd export --int8`, off unless given); a recipe
+    # or the Python API ships int8 unless told not to, as a budget gates int8 by default.
+    int8: StrictBool = Field(
+        True, description="Also write model.int8.onnx (kept only if it beats fp32; see guard)."
     )
-    preset: Literal["auto", "avx2", "avx512_vnni", "arm64"] = Field(
+    int8_mode: Int8Mode = Field(
+        "dynamic",
+        description="dynamic: int8 weights, activations scaled at run time (LSTM-capable); "
+        "static: QDQ with activation ranges calibrated on training rows.",
+    )
+    preset: Preset = Field(
         "auto", description="Target CPU for int8 types; auto reads this CPU's flags."
     )
     per_channel: bool | None = Field(None, description="Per-channel weight scales (preset's).")
     reduce_range: bool | None = Field(None, description="7-bit weights (preset's).")
-    calibration: Literal["minmax", "entropy", "percentile"] = Field(
+    calibration: Calibration = Field(
         "minmax", description="Static int8: how activation ranges are calibrated."
     )
     calibration_samples: int = Field(
-        256, ge=1, description="Static int8: training rows run for calibration."
+        256, ge=1, description="Static int8: training rows run for calibration (rows)."
     )
     guard: bool = Field(
         True, description="Time int8 against fp32 here; keep int8 only if it is faster."
     )
     max_int8_drop: float | None = Field(
-        None, ge=0, le=1, description="Accuracy repair: keep sensitive nodes fp32 until met."
+        None,
+        ge=0,
+        le=1,
+        description="Accuracy repair: keep sensitive nodes fp32 until int8 loses at most this "
+        "much dev accuracy (0..1, e.g. 0.003 = 0.3 points).",
     )
     atol: float = Field(1e-4, gt=0, description="Max |ONNX − PyTorch| on logits (fp32).")
     mobile: bool = Field(
@@ -185,6 +217,41 @@ class ExportConfig(StrictModel):
         pattern=r"^\d+x\d+$",
         description="BATCHxSEQUENCE: a fixed-shape variant (NNAPI/CoreML need one).",
     )
+
+    @field_validator("int8", mode="before")
+    @classmethod
+    def _int8_is_a_switch(cls, value: Any) -> Any:
+        # Before 0.2 `int8` held the mode; say how to write it now instead of
+        # "not a valid boolean".
+        if value is None or value in ("dynamic", "static", "none"):
+            raise ValueError(
+                f"int8 is true or false since edgekd 0.2 (got {value!r}); "
+                "write `int8: true` and `int8_mode: static` for static QDQ"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _options_need_their_mode(self) -> ExportConfig:
+        # Defaults are left alone, so a config dumped with every field reloads cleanly;
+        # a value that could not take effect is an error, not a silent no-op.
+        defaults = {name: f.default for name, f in type(self).model_fields.items()}
+        changed = {k for k in defaults if getattr(self, k) != defaults[k]}
+        if not self.int8:
+            moot = sorted(changed & INT8_OPTIONS)
+            if moot:
+                raise ValueError(f"{', '.join(moot)} only apply to int8; set int8: true")
+        if self.int8_mode != "static":
+            moot = sorted(changed & STATIC_OPTIONS)
+            if moot:
+                raise ValueError(
+                    f"{', '.join(moot)} only apply to static int8; set int8_mode: static"
+                )
+        return self
+
+
+# Export options with no effect without int8, and those with none without static int8.
+INT8_OPTIONS = {"int8_mode", "preset", "per_channel", "reduce_range", "max_int8_drop"}
+STATIC_OPTIONS = {"calibration", "calibration_samples"}
 
 
 M = TypeVar("M", bound=BaseModel)

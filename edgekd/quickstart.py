@@ -47,6 +47,14 @@ def run_quickstart(
     from edgekd.teacher import align_labels, finetune
 
     start = time.perf_counter()
+    stage_start = [start]
+
+    def done(stage: str, detail: str) -> None:
+        # One plain line per finished stage, for CI logs where rules and bars blur.
+        now = time.perf_counter()
+        console.print(f"{stage}: done in {now - stage_start[0]:.1f} s, {detail}")
+        stage_start[0] = now
+
     data_cfg = DataConfig(spec=data, seed=seed)
     task = load_task(data_cfg)  # fails fast, before any training, on bad or offline data
     out.mkdir(parents=True, exist_ok=True)
@@ -64,6 +72,7 @@ def run_quickstart(
             save_config(tcfg, tmp / "config.yaml")
             write_json(tmp / "metrics.json", metrics)
         teacher = str(teacher_dir)
+        done("teacher", f"dev accuracy {metrics['dev_accuracy']:.4f}")
     else:
         console.rule("1/5 teacher: given")
 
@@ -74,16 +83,18 @@ def run_quickstart(
         epochs=epochs,
         seed=seed,
     )
-    run_distill(dcfg, out / "student")
+    m = run_distill(dcfg, out / "student")
+    done("distill", f"student dev accuracy {m['student_accuracy']:.4f}")
 
     console.rule("3/5 export: ONNX fp32 + int8, teacher ONNX")
     # The int8 guard times int8 against fp32 here; if int8 loses, fp32 ships.
-    report = run_export(out / "student", out / "export", ExportConfig())
+    report = run_export(out / "student", out / "export", ExportConfig(int8=True))
     shipped = "int8" if "int8" in report["models"] else "fp32"
     teacher_onnx = export_teacher(teacher, out / "teacher-onnx")
     teacher_pred = OnnxPredictor(teacher_onnx)
     dev = align_labels(task, teacher_pred.label_names).dev
     teacher_acc = score(teacher_pred, dev.texts, dev.labels)["accuracy"]
+    done("export", f"shipping {shipped}, teacher ONNX dev accuracy {teacher_acc:.4f}")
 
     # Time every model on inputs of the median dev length in teacher tokens, so the
     # "infer" column reflects this task's texts, not an arbitrary 64 or 128.
@@ -110,6 +121,7 @@ def run_quickstart(
             }
         )
 
+    done("profile", f"{len(rows)} models")
     console.rule("5/5 budget check")
     budget_path = out / "budget.yaml"
     budget = QUICKSTART_BUDGET
@@ -118,6 +130,7 @@ def run_quickstart(
     save_config(budget, budget_path)
     results = evaluate(budget, collect_metrics([out / "export"], budget))
     print_check(results, f"budget check: {budget.model} model")
+    done("check", "pass" if all(r.passed for r in results) else "FAIL")
 
     base = rows[0]
     # Eight columns that fit an 80-column terminal; quickstart.json has every figure.

@@ -215,6 +215,8 @@ class Stages:
             fn(folder)
             write_json(marker, {"stage": name, "key": key})
             status = "ran"
+            # One plain line per finished stage, for CI logs where rules and bars blur.
+            console.print(f"{name}: done in {time.perf_counter() - t:.1f} s ({folder})")
         self.records.append(
             {
                 "stage": name,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import numpy as np
 from edgekd.config import DEFAULT_BASE, TeacherConfig
 from edgekd.data import Split, TaskData, length_sorted_batches
 from edgekd.errors import EdgeKDError
-from edgekd.progress import progress_bar
+from edgekd.progress import console, progress_bar
 
 
 def resolve_base(base: str) -> str:
@@ -212,6 +213,7 @@ def finetune(cfg: TeacherConfig, task: TaskData, out_dir: Path) -> dict[str, Any
     best, best_step, history = -1.0, 0, []
     best_state: dict[str, Any] = {}
     step, start = 0, time.perf_counter()
+    epoch_start, epoch_loss, epoch_steps = start, 0.0, 0
     model.train()
     with progress_bar() as bar:
         job = bar.add_task("fine-tune teacher", total=total_steps, rate="")
@@ -234,8 +236,12 @@ def finetune(cfg: TeacherConfig, task: TaskData, out_dir: Path) -> dict[str, Any
                 sched.step()
                 optim.zero_grad()
                 step += 1
+                epoch_loss, epoch_steps = epoch_loss + loss.item(), epoch_steps + 1
                 bar.update(job, advance=1, rate=f"loss {loss.item():.3f}")
-                if step % cfg.eval_every == 0 or step == total_steps:
+                # Dev accuracy every `eval_every` steps and at each epoch's end (the
+                # last, possibly partial, epoch ends at `total_steps`).
+                epoch_end = step % steps_per_epoch == 0 or step == total_steps
+                if step % cfg.eval_every == 0 or epoch_end:
                     acc = dev_accuracy()
                     history.append({"step": step, "dev_accuracy": acc})
                     if acc > best:
@@ -244,6 +250,15 @@ def finetune(cfg: TeacherConfig, task: TaskData, out_dir: Path) -> dict[str, Any
                             k: v.detach().clone()
                             for k, v in accelerator.unwrap_model(model).state_dict().items()
                         }
+                if epoch_end:
+                    # One line per epoch: progress bars do not render in CI logs or files.
+                    epochs_total = math.ceil(total_steps / steps_per_epoch)
+                    console.print(
+                        f"epoch {math.ceil(step / steps_per_epoch)}/{epochs_total}: train loss "
+                        f"{epoch_loss / epoch_steps:.4f}, dev accuracy {acc:.4f}, "
+                        f"{time.perf_counter() - epoch_start:.1f} s"
+                    )
+                    epoch_start, epoch_loss, epoch_steps = time.perf_counter(), 0.0, 0
                 if step >= total_steps:
                     break
     final = accelerator.unwrap_model(model)

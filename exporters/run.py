@@ -149,11 +149,11 @@ def make_int8(
             calibration_method=cfg.calibration,
         )
 
-    assert cfg.int8 is not None
-    chosen = quantizer(cfg.int8, cfg.preset, [])
+    mode = cfg.int8_mode
+    chosen = quantizer(mode, cfg.preset, [])
     preset = chosen.preset.name
     entry: dict[str, Any] = {"quantizer": chosen.describe()}
-    if cfg.int8 == "static" and "LSTM" in _op_types(fp32):
+    if mode == "static" and "LSTM" in _op_types(fp32):
         entry["note"] = chosen.note
         console.print(f"note: {chosen.note}; dynamic int8 quantizes it")
     excluded: list[str] = []
@@ -161,12 +161,12 @@ def make_int8(
         fix = repair(
             fp32,
             int8,
-            lambda src, dst, ex: quantizer(cfg.int8 or "dynamic", preset, ex).quantize(
-                source(cfg.int8 or "dynamic"), dst, calibration
+            lambda src, dst, ex: quantizer(mode, preset, ex).quantize(
+                source(mode), dst, calibration
             ),
             accuracy,
             cfg.max_int8_drop,
-            quantizable_nodes(source(cfg.int8), OP_TYPES),
+            quantizable_nodes(source(mode), OP_TYPES),
             trial_path=folder / ".repair-trial.onnx",  # beside student.json + tokenizer
         )
         excluded = fix["kept_fp32"]
@@ -174,26 +174,26 @@ def make_int8(
         if excluded:
             console.print(f"accuracy repair: kept {', '.join(excluded)} in fp32")
     else:
-        chosen.quantize(source(cfg.int8), int8, calibration)
+        chosen.quantize(source(mode), int8, calibration)
     if not cfg.guard:
         return entry
     feed = typical_feed(tok, task.dev.texts)
-    configured = f"{cfg.int8}/{preset}"
+    configured = f"{mode}/{preset}"
     decision = pick_fastest_int8(fp32, {configured: int8}, feed)
     if decision["chosen"] is None:
         # The configured int8 lost to fp32 here: try every other preset and format.
         alternatives = {}
-        for mode in ("dynamic", "static"):
+        for other in ("dynamic", "static"):
             for name in PRESETS:
-                if f"{mode}/{name}" != configured:
-                    path = folder / f".{mode}-{name}.onnx"
-                    quantizer(mode, name, excluded).quantize(source(mode), path, calibration)
-                    alternatives[f"{mode}/{name}"] = path
+                if f"{other}/{name}" != configured:
+                    path = folder / f".{other}-{name}.onnx"
+                    quantizer(other, name, excluded).quantize(source(other), path, calibration)
+                    alternatives[f"{other}/{name}"] = path
         decision = pick_fastest_int8(fp32, {configured: int8, **alternatives}, feed)
         if decision["chosen"] not in (None, configured):
             os.replace(alternatives[decision["chosen"]], int8)
-            mode, name = decision["chosen"].split("/")
-            entry["quantizer"] = quantizer(mode, name, excluded).describe()
+            kept_mode, name = decision["chosen"].split("/")
+            entry["quantizer"] = quantizer(kept_mode, name, excluded).describe()
         for path in alternatives.values():
             path.unlink(missing_ok=True)
     entry["guard"] = decision

@@ -89,8 +89,9 @@ def identity_model(path: Path) -> Path:
     return path
 
 
-def build_tiny_bert(folder: Path, classifier: bool = True, seed: int = 0) -> Path:
-    """A 2-layer, hidden-32 BERT with a WordPiece vocabulary of the test words."""
+def build_tiny_bert(folder: Path, classifier: bool = True, seed: int = 0, layers: int = 2) -> Path:
+    """A `layers`-layer (default 2), hidden-32 BERT with a WordPiece vocabulary of the
+    test words."""
     import torch
     from transformers import (
         BertConfig,
@@ -120,7 +121,7 @@ def build_tiny_bert(folder: Path, classifier: bool = True, seed: int = 0) -> Pat
     config = BertConfig(
         vocab_size=len(words),
         hidden_size=32,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=64,

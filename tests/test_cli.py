@@ -49,6 +49,10 @@ def test_cli_chain_teacher_distill_export_profile_check(tmp_path: Path, tiny_dat
     )
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "teacher" / "metrics.json").read_text())["dev_accuracy"] >= 0
+    # Not a terminal here: one plain line per epoch says where the run is.
+    epochs = [x for x in r.output.splitlines() if x.startswith("epoch ")]
+    assert [x.split(":")[0] for x in epochs] == ["epoch 1/2", "epoch 2/2"], r.output
+    assert "train loss" in epochs[0] and "dev accuracy" in epochs[0] and epochs[0].endswith(" s")
 
     r = invoke(
         "distill",
@@ -90,7 +94,6 @@ def test_cli_chain_teacher_distill_export_profile_check(tmp_path: Path, tiny_dat
         "--out",
         tmp_path / "export",
         "--int8",
-        "dynamic",
         "--no-guard",
     )
     assert r.exit_code == 0, r.output
@@ -183,7 +186,6 @@ def test_cli_bert_student_with_mixup_and_pkd_exports_and_teaches_a_bilstm(
         "--out",
         tmp_path / "bert-onnx",
         "--int8",
-        "dynamic",
         "--no-guard",
     )
     assert r.exit_code == 0, r.output
@@ -223,9 +225,7 @@ def test_cli_sentence_pairs_distill_export_and_eval(
     metrics = json.loads((tmp_path / "s" / "metrics.json").read_text())
     assert metrics["n_augmented"] > 0 and metrics["n_dev"] == 40
 
-    r = invoke(
-        "export", tmp_path / "s", "--out", tmp_path / "onnx", "--int8", "dynamic", "--no-guard"
-    )
+    r = invoke("export", tmp_path / "s", "--out", tmp_path / "onnx", "--int8", "--no-guard")
     assert r.exit_code == 0, r.output
     report = json.loads((tmp_path / "onnx" / "export.json").read_text())
     assert report["models"]["fp32"]["agreement"] == 1.0
@@ -371,6 +371,9 @@ def test_cli_run_recipe_exits_with_the_checks_code_and_report_rewrites(
     monkeypatch.chdir(tmp_path)  # `out: run`, relative, as in the examples
     r = invoke("run", recipe.name, "--set", "variants={small: {}}", "--set", "out=run")
     assert r.exit_code == 1  # no student fits in 100 B
+    finished = [x.split(":")[0] for x in r.output.splitlines() if ": done in " in x]
+    assert finished[:3] == ["distill small", "export small", "teacher onnx"], r.output
+    assert "report" in finished
     assert (tmp_path / "run" / "report" / "report.html").is_file()
     r = invoke("report", tmp_path / "run", "--out", tmp_path / "again")
     assert r.exit_code == 0 and (tmp_path / "again" / "pareto-local-cpu.png").is_file()
@@ -393,3 +396,146 @@ def test_cli_profile_warns_when_trials_disagree(tmp_path, monkeypatch):
     r = invoke("profile", model, "--runs", 4, "--trials", 2, "--warmup", 0, "--seq-len", 4)
     assert r.exit_code == 0
     assert "warning: a.onnx at seq 4: trial medians spread 37% (> 10%)" in r.output
+
+
+def cli_params():
+    """(command, parameter) for every parameter of every `edgekd` command."""
+    from typer.main import get_command
+
+    group = get_command(app)
+    for name, command in sorted(group.commands.items()):
+        for param in command.params:
+            if param.name != "help":
+                yield name, param
+
+
+def test_every_option_has_help_text_and_shows_its_default():
+    missing = []
+    for command, p in cli_params():
+        label = f"{command} {'/'.join(p.opts)}"
+        if not (p.help or "").strip():
+            missing.append(f"{label}: no help")
+        if p.required:
+            continue
+        shown = p.show_default
+        # A string is the default's description ("auto-detected"); True shows the value,
+        # which must then exist (a None default would print nothing).
+        if not (isinstance(shown, str) and shown) and not (shown and p.default is not None):
+            missing.append(f"{label}: default not shown")
+        if getattr(p, "is_flag", False) and not p.secondary_opts and not isinstance(shown, str):
+            missing.append(f"{label}: an on/off flag must say it is off")
+    assert not missing, "\n".join(missing)
+
+
+def test_help_shows_defaults_from_the_config_models():
+    from edgekd.config import DistillConfig
+
+    r = CliRunner().invoke(app, ["distill", "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0
+    for flag, value in (("--epochs", "epochs"), ("--batch-size", "batch_size")):
+        line = next(x for x in r.output.splitlines() if f" {flag} " in x)
+        assert f"[default: {DistillConfig.model_fields[value].default}]" in line, line
+    line = next(x for x in r.output.splitlines() if " --lr " in x)
+    assert "[default: (the student's: bilstm 1e-3, bert 5e-5)]" in line
+
+
+def test_options_left_at_their_default_do_not_override_the_config_file(
+    tmp_path, tiny_data, tiny_teacher
+):
+    config = tmp_path / "d.yaml"
+    config.write_text(
+        f"teacher: {tiny_teacher}\ndata: {{spec: {tiny_data}}}\nepochs: 1\nbatch_size: 16\n"
+        "student_options: {embedding_dim: 16, hidden_size: 8, mlp_size: 16}\n"
+    )
+    r = invoke("distill", "--config", config, "--out", tmp_path / "s", "--seed", 3)
+    assert r.exit_code == 0, r.output
+    resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
+    # --epochs (default 10) was not typed: the file's 1 stands; --seed was typed: 3 wins.
+    assert (resolved["epochs"], resolved["batch_size"], resolved["seed"]) == (1, 16, 3)
+    assert resolved["data"]["seed"] == 3
+
+
+@pytest.fixture(scope="module")
+def tiny_student(tmp_path_factory, tiny_data, tiny_teacher):
+    from conftest import distill_tiny_bilstm
+
+    return distill_tiny_bilstm(tiny_teacher, tiny_data, tmp_path_factory.mktemp("s") / "s")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["{s}", "--out", "{out}", "--int8", "--no-guard"],
+        ["--int8", "{s}", "--out", "{out}", "--no-guard"],
+        ["--int8", "--no-guard", "--out", "{out}", "{s}"],
+    ],
+    ids=["flag-last", "flag-first", "student-last"],
+)
+def test_export_int8_flag_writes_the_int8_model_in_any_position(tmp_path, tiny_student, args):
+    out = tmp_path / "e"
+    r = invoke("export", *[a.format(s=tiny_student, out=out) for a in args])
+    assert r.exit_code == 0, r.output
+    assert (out / "model.int8.onnx").is_file()
+    resolved = yaml.safe_load((out / "config.yaml").read_text())
+    assert (resolved["int8"], resolved["int8_mode"]) == (True, "dynamic")
+
+
+def test_export_without_int8_writes_fp32_only(tmp_path, tiny_student):
+    r = invoke("export", tiny_student, "--out", tmp_path / "e")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "e" / "model.onnx").is_file()
+    assert not (tmp_path / "e" / "model.int8.onnx").exists()
+    assert yaml.safe_load((tmp_path / "e" / "config.yaml").read_text())["int8"] is False
+
+
+def test_export_int8_mode_static_implies_int8_and_records_calibration(tmp_path, tiny_student):
+    r = invoke(
+        "export", tiny_student, "--out", tmp_path / "e", "--int8-mode", "static",
+        "--calibration", "percentile", "--calibration-samples", 32, "--no-guard",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "e" / "export.json").read_text())
+    assert report["models"]["int8"]["quantizer"]["mode"] == "static"
+    resolved = yaml.safe_load((tmp_path / "e" / "config.yaml").read_text())
+    assert (resolved["calibration"], resolved["calibration_samples"]) == ("percentile", 32)
+
+
+@pytest.mark.parametrize(
+    "extra,fix",
+    [
+        (["--calibration", "entropy"], "--calibration only applies to static int8; add --int8"),
+        (["--int8", "--calibration-samples", "64"], "add --int8-mode static"),
+        (["--preset", "avx2"], "--preset only applies to int8 models; add --int8"),
+        (["--max-int8-drop", "0.01"], "--max-int8-drop only applies to int8 models; add --int8"),
+        (["--per-tensor"], "--per-channel/--per-tensor only applies to int8 models"),
+    ],
+)  # fmt: skip
+def test_export_int8_options_without_their_mode_are_one_line_errors(tmp_path, extra, fix):
+    # Checked before the student is read: the folder need not exist.
+    r = runner.invoke(app, ["export", str(tmp_path / "s"), "--out", str(tmp_path / "e"), *extra])
+    assert r.exit_code == 1
+    assert r.output.strip().splitlines() == [f"error: {r.output.strip()[7:]}"]
+    assert fix in r.output and not (tmp_path / "e").exists()
+
+
+def test_export_int8_takes_no_value():
+    # `--int8 static` must not read `static` as the mode (nor swallow a path).
+    r = runner.invoke(app, ["export", "s", "--out", "e", "--int8", "static"])
+    assert r.exit_code == 2 and "unexpected extra argument" in r.output
+
+
+def test_export_config_int8_is_a_switch_with_a_migration_message():
+    from edgekd.config import ExportConfig, validate
+    from edgekd.errors import EdgeKDError
+
+    assert ExportConfig().int8 is True  # recipes and the API ship int8 unless told not to
+    with pytest.raises(EdgeKDError, match="write `int8: true` and `int8_mode: static`"):
+        validate(ExportConfig, {"int8": "static"}, "recipe export")
+    with pytest.raises(EdgeKDError, match="set int8_mode: static"):
+        validate(ExportConfig, {"calibration": "entropy"}, "recipe export")
+    with pytest.raises(EdgeKDError, match="preset only apply to int8; set int8: true"):
+        validate(ExportConfig, {"int8": False, "preset": "arm64"}, "recipe export")
+    with pytest.raises(EdgeKDError, match="valid boolean"):
+        validate(ExportConfig, {"int8": 1}, "recipe export")  # strict: 1 is not a switch
+    dumped = ExportConfig(int8=False).model_dump()  # every field set, defaults unchanged
+    assert validate(ExportConfig, dumped, "config.yaml").int8 is False

@@ -43,5 +43,7 @@ def test_quickstart_runs_every_stage_and_exits_with_the_budget_verdict(tmp_path,
     for stage in ("teacher", "student", "export", "teacher-onnx", "budget.yaml", "check.json"):
         assert (out / stage).exists(), stage
     assert "edgekd quickstart:" in r.output
+    finished = [x.split(":")[0] for x in r.output.splitlines() if ": done in " in x]
+    assert finished == ["teacher", "distill", "export", "profile", "check"], r.output
     points = json.loads((out / "report" / "points.json").read_text())
     assert {p["label"] for p in points} >= {"teacher fp32", "student fp32"}

@@ -202,7 +202,7 @@ def train_student(
             if epoch > 1 or selector is not None:
                 batches[:] = epoch_batches(epoch)
             model.train()
-            total, count = 0.0, 0
+            total, count, epoch_start = 0.0, 0, time.perf_counter()
             for batch in loader:
                 loss = step_loss(batch, epoch)
                 accelerator.backward(loss)
@@ -227,7 +227,8 @@ def train_student(
             # One line per epoch: progress bars do not render in CI logs or under nohup.
             console.print(
                 f"epoch {epoch}: train loss {total / max(count, 1):.4f}, "
-                f"dev accuracy {acc:.4f}, agreement {history[-1]['dev_agreement']:.4f}"
+                f"dev accuracy {acc:.4f}, agreement {history[-1]['dev_agreement']:.4f}, "
+                f"{time.perf_counter() - epoch_start:.1f} s"
             )
             if epoch < first_scored:
                 continue

@@ -42,7 +42,7 @@ def test_bert_static_int8_quantizes_the_unfused_graph_with_qdq(tiny_teacher, tin
     save_student(tmp_path / "s", model.eval(), tok, ["negative", "positive"])
     data = DataConfig(spec=str(tiny_data))
     for mode in ("static", "dynamic"):
-        cfg = ExportConfig(int8=mode, guard=False)
+        cfg = ExportConfig(int8_mode=mode, guard=False)
         report = run_export(tmp_path / "s", tmp_path / mode, cfg, data)
         ops = Counter(
             n.op_type for n in onnx.load(str(tmp_path / mode / "model.int8.onnx")).graph.node

@@ -17,7 +17,7 @@ def student(tiny_teacher, tiny_data, tmp_path_factory):
 
 
 def test_static_int8_on_a_bilstm_says_the_lstm_stays_fp32(student, tmp_path):
-    report = run_export(student, tmp_path / "e", ExportConfig(int8="static", guard=False))
+    report = run_export(student, tmp_path / "e", ExportConfig(int8_mode="static", guard=False))
     int8 = report["models"]["int8"]
     assert int8["quantizer"]["mode"] == "static" and "LSTM layers in fp32" in int8["note"]
     assert (tmp_path / "e" / INT8).is_file() and 0 <= report["int8_drop"] <= 1
