@@ -25,7 +25,8 @@ STAGED_SUFFIX = {"model": ".onnx", "vs": ".onnx", "texts": ".txt", "tokenizer": 
 
 
 class DeviceSpec(StrictModel):
-    name: str
+    # The name lands in file names (profile-NAME-model.json): a plain word, no '/'.
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
     description: str = ""
     runner: str = Field("local", description="Registered runner that carries the agent.")
     threads: int = Field(1, ge=1, description="Intra-op threads unless --threads overrides.")

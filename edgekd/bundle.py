@@ -22,7 +22,15 @@ from typing import Any
 import numpy as np
 
 from edgekd.errors import EdgeKDError
-from edgekd.io import atomic_dir, read_json, sha256_file, write_json
+from edgekd.io import (
+    MARKER,
+    atomic_dir,
+    check_output,
+    owned_files,
+    read_json,
+    sha256_file,
+    write_json,
+)
 from edgekd.students import STUDENT_FILE
 
 MANIFEST = "manifest.json"
@@ -30,11 +38,20 @@ MODEL = "model.onnx"
 FORMAT = 1
 
 
-def make_bundle(export_dir: str | Path, out_dir: str | Path, model: str = "auto") -> Path:
+def make_bundle(
+    export_dir: str | Path, out_dir: str | Path, model: str = "auto", overwrite: bool = False
+) -> Path:
     """Build the bundle from an `edgekd export` folder; return the .zip path.
 
-    `model`: "int8", "fp32", or "auto" (int8 when the export kept one).
+    `model`: "int8", "fp32", or "auto" (int8 when the export kept one). The .zip is
+    written beside `out_dir`: an existing one is replaced only when `out_dir` is an
+    edgekd folder (they were written together), never a .zip of the user's.
     """
+    out_dir = Path(out_dir)
+    check_output(out_dir, overwrite)
+    archive = out_dir.with_suffix(".zip")
+    if archive.exists() and (owned_files(out_dir) is None or not archive.is_file()):
+        raise EdgeKDError(f"{archive} exists and edgekd did not write it; pass a new --out path", 3)
     export_dir = Path(export_dir)
     report_path = export_dir / "export.json"
     if not report_path.is_file():
@@ -56,7 +73,7 @@ def make_bundle(export_dir: str | Path, out_dir: str | Path, model: str = "auto"
         if Path(str(read_json(p).get("model", ""))).name == source.name
     ]
     out_dir = Path(out_dir)
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, overwrite) as tmp:
         shutil.copy(source, tmp / MODEL)
         for name in ("tokenizer.json", STUDENT_FILE):
             shutil.copy(export_dir / name, tmp / name)
@@ -77,11 +94,11 @@ def make_bundle(export_dir: str | Path, out_dir: str | Path, model: str = "auto"
                 "profile": read_json(profiles[-1]) if profiles else None,
             },
         )
-    archive = out_dir.with_suffix(".zip")
     tmp_zip = archive.with_name(f".{archive.name}.tmp")
     with zipfile.ZipFile(tmp_zip, "w", zipfile.ZIP_DEFLATED) as z:
         for p in sorted(out_dir.iterdir()):
-            z.write(p, p.name)
+            if p.name != MARKER:
+                z.write(p, p.name)
     tmp_zip.replace(archive)
     return archive
 

@@ -126,6 +126,13 @@ CONFIG = typer.Option(
     show_default="none",
 )
 OFF = "off"  # the shown default of a plain on/off flag
+OVERWRITE = typer.Option(
+    False,
+    "--overwrite",
+    help="Write into an output folder that holds files edgekd did not write; edgekd "
+    "replaces only its own files there and keeps every other one.",
+    show_default=OFF,
+)
 
 
 @app.command()
@@ -148,12 +155,15 @@ def teacher(
     max_length: int = field(TeacherConfig, "max_length", "--max-length"),
     seed: int = field(TeacherConfig, "seed", "--seed"),
     config: Path | None = CONFIG,
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Fine-tune a BERT-style encoder into a teacher classifier."""
     from edgekd.config import load_yaml, override, save_config, validate
     from edgekd.data import load_task
-    from edgekd.io import atomic_dir, write_json
+    from edgekd.io import atomic_dir, check_output, write_json
     from edgekd.teacher import finetune
+
+    check_output(out, overwrite)
 
     cfg = validate(TeacherConfig, load_yaml(config), str(config)) if config else TeacherConfig()
     own = given(
@@ -168,7 +178,7 @@ def teacher(
     )  # fmt: skip
     cfg = with_data(cfg, fields, own.get("seed"))
     task = load_task(cfg.data)
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, overwrite) as tmp:
         metrics = finetune(cfg, task, tmp)
         save_config(cfg, tmp / "config.yaml")
         write_json(tmp / "metrics.json", metrics)
@@ -290,6 +300,7 @@ def distill(
     teacher_runtime: TeacherRuntime = field(DistillConfig, "teacher_runtime", "--teacher-runtime"),
     seed: int = field(DistillConfig, "seed", "--seed"),
     config: Path | None = CONFIG,
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Distil a teacher into a small student (BiLSTM or small BERT)."""
     from edgekd.config import load_yaml, override, validate
@@ -342,7 +353,7 @@ def distill(
     cfg = with_data(cfg, fields, own.get("seed"))
     from edgekd.distill.trainer import run_distill
 
-    m = run_distill(cfg, out)
+    m = run_distill(cfg, out, overwrite)
     typer.echo(
         f"student: accuracy {m['student_accuracy']:.4f} (teacher "
         f"{m['teacher_accuracy']:.4f}, agreement {m['agreement']:.4f}, "
@@ -463,6 +474,7 @@ def export(
     ),
     atol: float = field(ExportConfig, "atol", "--atol"),
     opset: int = field(ExportConfig, "opset", "--opset"),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Export a student to ONNX (validated against PyTorch), optionally int8 (--int8)."""
     from edgekd.config import override
@@ -511,7 +523,7 @@ def export(
     data_cfg = student_data_config(student_dir) if student_dir.is_dir() else None
     if data:
         data_cfg = override(data_cfg or DataConfig(), spec=data)
-    r = run_export(student_dir, out, cfg, data_cfg)
+    r = run_export(student_dir, out, cfg, data_cfg, overwrite)
     for name, m in r["models"].items():
         typer.echo(
             f"{name}: {m['path']} {m['bytes']:,} B, accuracy {m['accuracy']:.4f}, "
@@ -539,6 +551,7 @@ def trim(
         help="Keep at most this many tokens, the most frequent.",
         show_default="no cap",
     ),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Drop embedding rows the training set does not use (they map to [UNK])."""
     from edgekd.data import load_task
@@ -553,7 +566,7 @@ def trim(
         raise EdgeKDError(f"{student_dir} has no config.yaml naming its data; trim a distilled one")
     before = StudentPredictor(student_dir)
     task = align_labels(load_task(data), before.label_names)
-    report = trim_student(student_dir, out, task.train.texts, min_freq, keep_top)
+    report = trim_student(student_dir, out, task.train.texts, min_freq, keep_top, overwrite)
     for name, path in (("before", student_dir), ("after", out)):
         acc = score(StudentPredictor(path), task.dev.texts, task.dev.labels)["accuracy"]
         report[f"dev_accuracy_{name}"] = acc
@@ -575,11 +588,12 @@ def bundle(
         "--model",
         help="Which model ships: auto (int8 if the export kept one, else fp32), int8 or fp32.",
     ),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Package the shipping model, tokenizer, labels and a sha256 manifest."""
     from edgekd.bundle import make_bundle
 
-    archive = make_bundle(export_dir, out, model)
+    archive = make_bundle(export_dir, out, model, overwrite)
     typer.echo(f"bundle → {out} and {archive}")
 
 
@@ -906,11 +920,12 @@ def run_(
         help="Override a field: distill.epochs=2, data.max_train=500 (repeatable).",
         show_default="none",
     ),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Run a recipe: teacher → distill → export → profile → check → report, cached by stage."""
     from edgekd.recipe import run_recipe
 
-    raise typer.Exit(run_recipe(recipe, force, parse_options(set_, "--set")))
+    raise typer.Exit(run_recipe(recipe, force, parse_options(set_, "--set"), overwrite))
 
 
 @app.command()
@@ -920,11 +935,12 @@ def report(
     out: Path | None = typer.Option(
         None, "--out", help="Folder for the page and plots.", show_default="RUN_DIR/report"
     ),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Self-contained HTML page + PNG plots: accuracy vs latency vs size, budgets."""
     from edgekd.report import write_report
 
-    page = write_report(run_dir, out)
+    page = write_report(run_dir, out, overwrite=overwrite)
     typer.echo(f"wrote {page}")
 
 
@@ -978,9 +994,12 @@ def quickstart(
     ),
     epochs: int = typer.Option(4, "--epochs", help="Student epochs (passes over the rows)."),
     seed: int = typer.Option(0, "--seed", help="Seed for subsampling, training and export."),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Teacher → BiLSTM → int8 ONNX → profile → check, ending in one table."""
     from edgekd.quickstart import run_quickstart
 
-    code = run_quickstart(data, teacher, out, max_train, teacher_max_train, epochs, seed, base)
+    code = run_quickstart(
+        data, teacher, out, max_train, teacher_max_train, epochs, seed, base, overwrite
+    )
     raise typer.Exit(code)

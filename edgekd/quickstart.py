@@ -16,7 +16,7 @@ import numpy as np
 from edgekd.budget import Budget, collect_metrics, evaluate
 from edgekd.config import DataConfig, DistillConfig, ExportConfig, TeacherConfig, save_config
 from edgekd.data import load_task
-from edgekd.io import atomic_dir, write_json
+from edgekd.io import atomic_dir, claim_folder, write_json
 from edgekd.progress import console
 
 # The quickstart's gate: int8 may cost at most 1 point over fp32, and the student at
@@ -34,6 +34,7 @@ def run_quickstart(
     epochs: int,
     seed: int,
     base: str | None = None,
+    overwrite: bool = False,
 ) -> int:
     """Run every stage into `out`; print the summary table; return the check's exit code."""
     from rich.table import Table
@@ -57,7 +58,7 @@ def run_quickstart(
 
     data_cfg = DataConfig(spec=data, seed=seed)
     task = load_task(data_cfg)  # fails fast, before any training, on bad or offline data
-    out.mkdir(parents=True, exist_ok=True)
+    claim_folder(out, overwrite)
 
     if teacher is None:
         tcfg = TeacherConfig(

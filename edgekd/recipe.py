@@ -15,13 +15,14 @@ import functools
 import hashlib
 import json
 import platform
+import re
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from edgekd.budget import Budget, LimitResult, collect_metrics, evaluate, junit_xml, load_budget
 from edgekd.config import (
@@ -35,10 +36,11 @@ from edgekd.config import (
     validate,
 )
 from edgekd.errors import EdgeKDError
-from edgekd.io import atomic_dir, read_json, sha256_file, write_json
+from edgekd.io import atomic_dir, claim_folder, read_json, sha256_file, write_json
 from edgekd.progress import console, track
 
 STAGE_FILE = ".stage.json"
+SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
 class TeacherStage(StrictModel):
@@ -82,6 +84,21 @@ class Recipe(StrictModel):
     profile: ProfileStage = Field(default_factory=ProfileStage)
     budget: str | dict[str, Any] = Field(..., description="Budget file path, or limits inline.")
     report: bool = True
+
+    @field_validator("variants")
+    @classmethod
+    def _variant_names_are_folder_names(
+        cls, value: dict[str, dict[str, Any]]
+    ) -> dict[str, dict[str, Any]]:
+        # Each name becomes a folder under the run folder: `../x` or `/abs` would write
+        # (and replace) outside it.
+        for name in value:
+            if not SAFE_NAME.match(name) or name in (".", ".."):
+                raise ValueError(
+                    f"variant name {name!r} must be a plain folder name (letters, digits, "
+                    "'_', '-', '.'; no '/'); rename it"
+                )
+        return value
 
     def out_dir(self) -> Path:
         return Path(self.out or f"runs/{self.name}")
@@ -230,14 +247,16 @@ class Stages:
 
 
 def run_recipe(
-    path: str | Path, force: bool = False, overrides: dict[str, Any] | None = None
+    path: str | Path,
+    force: bool = False,
+    overrides: dict[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> int:
     """Run `path`'s recipe; return 0 if every budget check passed, else 1."""
     from edgekd.devices.base import load_spec
 
     recipe = load_recipe(path, overrides)
-    out = recipe.out_dir()
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim_folder(recipe.out_dir(), overwrite)
     started = time.time()
     stages = Stages(out, force)
     inputs = {"data": content_hash(recipe.data.spec)}

@@ -24,7 +24,7 @@ from typing import Any
 
 from edgekd.budget import LimitResult
 from edgekd.errors import EdgeKDError
-from edgekd.io import atomic_dir, read_json
+from edgekd.io import atomic_dir, check_output, read_json
 
 FRONT_COLOUR = "#d62728"  # Pareto-front markers; the render test looks for this red
 OTHER_COLOUR = "#1f77b4"
@@ -223,7 +223,10 @@ img{max-width:100%;display:block;margin:0.5em 0}
 
 
 def write_report(
-    run_dir: str | Path, out_dir: str | Path | None = None, only: list[Path] | None = None
+    run_dir: str | Path,
+    out_dir: str | Path | None = None,
+    only: list[Path] | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write `report.html` and `pareto-<device>.png` into `out_dir` (RUN_DIR/report).
 
@@ -234,12 +237,13 @@ def write_report(
     if not run_dir.is_dir():
         raise EdgeKDError(f"{run_dir} is not a folder; pass the run folder to report on")
     out_dir = Path(out_dir) if out_dir else run_dir / "report"
+    check_output(out_dir, overwrite)
     if only is not None:
         only = [Path(o).resolve() for o in only]
     points = collect_points(run_dir, only)
     devices = sorted({d for p in points for d in p.profiles})
     manifest = run_dir / "manifest.json"
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, overwrite) as tmp:
         sections = []
         for device in devices:
             rows = device_rows(points, device)

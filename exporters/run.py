@@ -30,12 +30,18 @@ def student_data_config(student_dir: Path) -> DataConfig | None:
 
 
 def run_export(
-    student_dir: str | Path, out_dir: str | Path, cfg: ExportConfig, data: DataConfig | None = None
+    student_dir: str | Path,
+    out_dir: str | Path,
+    cfg: ExportConfig,
+    data: DataConfig | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Export, validate, quantize and re-score; write `export.json` and return it."""
+    from edgekd.io import check_output
     from edgekd.predict import OnnxPredictor, StudentPredictor, score
     from edgekd.teacher import align_labels
 
+    check_output(out_dir, overwrite)
     student_dir = Path(student_dir)
     reference = StudentPredictor(student_dir)
     model, tok = reference.model, reference.tokenizer
@@ -51,7 +57,7 @@ def run_export(
     metrics_path = student_dir / "metrics.json"
     if metrics_path.is_file():
         report["teacher_accuracy"] = read_json(metrics_path).get("teacher_accuracy")
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, overwrite) as tmp:
         t = time.perf_counter()
         max_diff = exporter.export(model, tmp / FP32, check)
         report["models"]["fp32"] = {"max_abs_diff": max_diff}

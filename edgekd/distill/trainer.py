@@ -350,7 +350,7 @@ def build_extras(
     return extras
 
 
-def run_takd(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
+def run_takd(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
     """Teacher-assistant KD (Mirzadeh et al. 2020, "Improved Knowledge Distillation via
     Teacher Assistant", arXiv:1902.03393): two runs from one config.
 
@@ -373,7 +373,7 @@ def run_takd(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
             f"assistant student {a_cfg.student!r} cannot teach (it is no HF classifier); "
             "use an assistant with student: bert"
         )
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, overwrite) as tmp:
         console.print(f"TAKD run 1/2: {cfg.teacher} → assistant ({a_cfg.student})")
         a_metrics = run_distill(a_cfg, tmp / "assistant")
         console.print(f"TAKD run 2/2: assistant → student ({cfg.student})")
@@ -393,12 +393,15 @@ def run_takd(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
     return metrics
 
 
-def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
-    """Distil `cfg.teacher` into a student folder at `out_dir`; return its metrics."""
+def run_distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
+    """Distil `cfg.teacher` into a student folder at `out_dir`; return its metrics.
+    `overwrite`: write beside files in `out_dir` that edgekd did not write (kept)."""
+    from edgekd.io import check_output
     from edgekd.teacher import align_labels, load_teacher, teacher_label_names
 
+    check_output(out_dir, overwrite)  # before the teacher labels anything
     if cfg.assistant is not None:
-        return run_takd(cfg, out_dir)
+        return run_takd(cfg, out_dir, overwrite)
     preflight(cfg)
     torch.manual_seed(cfg.seed)
     seconds: dict[str, float] = {}
@@ -477,7 +480,7 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path) -> dict[str, Any]:
     }
     if not state.is_main_process:
         return metrics  # one writer: the main process
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, overwrite) as tmp:
         save_student(tmp, student, tok, task.label_names)
         # The resolved config: the learning rate the student's default gave, not "unset".
         save_config(

@@ -73,10 +73,12 @@ def trim_student(
     texts: list[Any],
     min_freq: int = 1,
     keep_top: int | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Write a trimmed copy of a BiLSTM student folder; return what changed."""
-    from edgekd.io import atomic_dir, write_json
+    from edgekd.io import atomic_dir, check_output, write_json
 
+    check_output(out_dir, overwrite)
     model, tok, labels = load_student(student_dir)
     if model.name != "bilstm":
         raise EdgeKDError(f"trimming is for the bilstm student, not {model.name!r}")
@@ -96,7 +98,7 @@ def trim_student(
         "min_freq": min_freq,
         "keep_top": keep_top,
     }
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, overwrite) as tmp:
         save_student(tmp, trimmed, new_tok, labels)
         for extra in ("config.yaml",):
             if (Path(student_dir) / extra).is_file():

@@ -1,0 +1,120 @@
+"""A user's files are theirs: every command that writes a folder refuses, before any
+work, one that holds files edgekd did not write, and `--overwrite` keeps them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from edgekd.cli import app
+from edgekd.io import OUTPUT_REFUSED
+
+runner = CliRunner()
+
+
+def user_files(folder: Path) -> dict[Path, bytes]:
+    """notes.txt, docs/ and .ssh/id_rsa: what must survive byte for byte."""
+    (folder / "docs").mkdir(parents=True, exist_ok=True)
+    (folder / ".ssh").mkdir(exist_ok=True)
+    for rel, text in (("notes.txt", "mine"), ("docs/a.md", "# mine"), (".ssh/id_rsa", "key")):
+        (folder / rel).write_text(text)
+    return {
+        p: p.read_bytes()
+        for p in (folder / "notes.txt", folder / "docs/a.md", folder / ".ssh/id_rsa")
+    }
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, tiny_teacher, tiny_data):
+    from conftest import distill_tiny_bilstm
+    from edgekd.config import ExportConfig
+    from edgekd.exporters.run import run_export
+
+    root = tmp_path_factory.mktemp("chain")
+    distill_tiny_bilstm(tiny_teacher, tiny_data, root / "student")
+    run_export(root / "student", root / "export", ExportConfig(guard=False))
+    return root
+
+
+def commands(root: Path, out: Path, teacher: Path, data: Path) -> dict[str, list[str]]:
+    return {
+        "teacher": ["teacher", "--base", str(teacher), "--data", str(data), "--out", str(out)],
+        "distill": ["distill", "--teacher", str(teacher), "--data", str(data), "--out", str(out)],
+        "export": ["export", str(root / "student"), "--out", str(out), "--int8"],
+        "bundle": ["bundle", str(root / "export"), "--out", str(out)],
+        "trim": ["trim", str(root / "student"), "--out", str(out), "--keep-top", "5"],
+        "report": ["report", str(root), "--out", str(out)],
+    }
+
+
+@pytest.mark.parametrize("command", ["teacher", "distill", "export", "bundle", "trim", "report"])
+def test_out_holding_user_files_is_refused_and_left_intact(
+    tmp_path, exported, tiny_teacher, tiny_data, command, monkeypatch
+):
+    out = tmp_path / "mine"
+    before = user_files(out)
+    import edgekd.distill.trainer as trainer
+
+    monkeypatch.setattr(trainer, "load_task", lambda *a: pytest.fail("work started"))
+    r = runner.invoke(app, commands(exported, out, tiny_teacher, tiny_data)[command])
+    assert r.exit_code == OUTPUT_REFUSED, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and "holds files edgekd did not write" in lines[0]
+    assert "--overwrite" in lines[0] and "Traceback" not in r.output
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted(p.name for p in out.iterdir()) == [".ssh", "docs", "notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # nothing beside it
+
+
+@pytest.mark.parametrize("out", [".", "..", "~", "file.txt"])
+def test_out_on_the_cwd_a_parent_home_or_a_file_is_refused(tmp_path, exported, monkeypatch, out):
+    work = tmp_path / "home" / "work"
+    work.mkdir(parents=True)
+    (work / "file.txt").write_text("x")
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    target = str(Path(out).expanduser())
+    r = runner.invoke(app, ["bundle", str(exported / "export"), "--out", target, "--overwrite"])
+    assert r.exit_code == OUTPUT_REFUSED and "pass a new folder path" in r.output
+    assert sorted(p.name for p in work.iterdir()) == ["file.txt"]
+
+
+def test_bundle_overwrite_writes_beside_user_files_and_keeps_them(tmp_path, exported):
+    out = tmp_path / "b"
+    before = user_files(out)
+    r = runner.invoke(app, ["bundle", str(exported / "export"), "--out", str(out), "--overwrite"])
+    assert r.exit_code == 0, r.output
+    assert {p: p.read_bytes() for p in before} == before
+    assert json.loads((out / "manifest.json").read_text())["model"] == "int8"
+    # A second run replaces edgekd's files only, and still keeps the user's.
+    r = runner.invoke(app, ["bundle", str(exported / "export"), "--out", str(out), "--overwrite"])
+    assert r.exit_code == 0 and {p: p.read_bytes() for p in before} == before
+
+
+def test_bundle_refuses_to_replace_a_zip_it_did_not_write(tmp_path, exported):
+    (tmp_path / "b.zip").write_bytes(b"the user's archive")
+    r = runner.invoke(app, ["bundle", str(exported / "export"), "--out", str(tmp_path / "b")])
+    assert r.exit_code == OUTPUT_REFUSED and "b.zip exists" in r.output
+    assert (tmp_path / "b.zip").read_bytes() == b"the user's archive"
+
+
+def test_rerunning_into_edgekds_own_folder_replaces_it(tmp_path, exported):
+    out = tmp_path / "b"
+    for _ in range(2):
+        r = runner.invoke(app, ["bundle", str(exported / "export"), "--out", str(out)])
+        assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("name", ["../../x", "/abs/path", "..", "a/b"])
+def test_recipe_variant_names_cannot_leave_the_run_folder(tmp_path, tiny_teacher, tiny_data, name):
+    from tests.test_recipe import write_recipe
+
+    recipe = write_recipe(tmp_path, tiny_teacher, tiny_data, {"max_bytes": 10**9})
+    text = recipe.read_text().replace("  small: {}", f"  {json.dumps(name)}: {{}}")
+    recipe.write_text(text)
+    r = runner.invoke(app, ["run", str(recipe)])
+    assert r.exit_code == 2 and "must be a plain folder name" in r.output, r.output
+    assert not (tmp_path / "run").exists() and not (tmp_path.parent / "x").exists()
