@@ -7,7 +7,7 @@ evidence). `collect_metrics` reads the measured values from artifact folders.
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +16,7 @@ from pydantic import Field
 
 from edgekd.config import StrictModel, load_yaml, validate
 from edgekd.errors import EdgeKDError
+from edgekd.io import read_json
 
 
 class Budget(StrictModel):
@@ -139,8 +140,30 @@ def load_budget(path: str | Path) -> Budget:
     return budget
 
 
+def measured(value: Any) -> float | None:
+    """A measured value a limit can be judged on: a finite real number, else None (the
+    limit then reads as not measured and fails; a gate never passes on garbage)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _mapping(data: Any, path: Path, key: str | None = None) -> dict[str, Any]:
+    value = data.get(key) if key is not None and isinstance(data, dict) else data
+    if not isinstance(value, dict):
+        where = f"`{key}` in {path}" if key else str(path)
+        raise EdgeKDError(
+            f"{where} is not a JSON object; re-create {path.name} with the edgekd command "
+            "that wrote it"
+        )
+    return value
+
+
 def collect_metrics(dirs: list[Path], budget: Budget) -> dict[str, float | None]:
-    """Measured values for `budget.model` from export.json and profile*.json files."""
+    """Measured values for `budget.model` from export.json and profile*.json files.
+
+    An unreadable or malformed file is an error (exit 2), never a pass; a value that is
+    not a finite number counts as not measured, so its limit fails."""
     metrics: dict[str, float | None] = {}
     model_file: str | None = None
     for d in dirs:
@@ -148,42 +171,43 @@ def collect_metrics(dirs: list[Path], budget: Budget) -> dict[str, float | None]
             raise EdgeKDError(f"{d} is not a folder; pass artifact folders from `edgekd export`")
         export = d / "export.json"
         if export.is_file():
-            report = json.loads(export.read_text())
-            entry = report["models"].get(budget.model)
-            if entry is None:
+            report = _mapping(read_json(export), export)
+            models = _mapping(report, export, "models")
+            if budget.model not in models:
                 raise EdgeKDError(
                     f"{export} has no {budget.model} model; re-export with "
                     f"{'--int8' if budget.model == 'int8' else 'fp32'} or set "
                     "`model:` in the budget"
                 )
-            model_file = entry["path"]
-            metrics["bytes"] = entry["bytes"]
-            metrics["accuracy"] = entry["accuracy"]
-            if entry.get("agreement") is not None:
-                metrics["agreement"] = entry["agreement"]
-            if report.get("teacher_accuracy") is not None:
-                metrics["drop_vs_teacher"] = report["teacher_accuracy"] - entry["accuracy"]
-            if report.get("int8_drop") is not None:
-                metrics["int8_drop"] = report["int8_drop"]
+            entry = _mapping(models, export, budget.model)
+            model_file = str(entry.get("path", ""))
+            metrics["bytes"] = measured(entry.get("bytes"))
+            accuracy = metrics["accuracy"] = measured(entry.get("accuracy"))
+            metrics["agreement"] = measured(entry.get("agreement"))
+            teacher = measured(report.get("teacher_accuracy"))
+            if teacher is not None and accuracy is not None:
+                metrics["drop_vs_teacher"] = teacher - accuracy
+            metrics["int8_drop"] = measured(report.get("int8_drop"))
     seen: set[str] = set()
     for d in dirs:
         for path in sorted(d.glob("profile*.json")):
-            prof = json.loads(path.read_text())
+            prof = _mapping(read_json(path), path)
             if (
                 prof.get("threads") == budget.threads
-                and (model_file is None or Path(prof.get("model", "")).name == model_file)
+                and (model_file is None or Path(str(prof.get("model", ""))).name == model_file)
                 and (budget.device is None or prof.get("device") == budget.device)
             ):
                 seen.add(str(prof.get("device")))
                 for metric in ("p90_ms", "peak_rss_mb", "load_ms"):
-                    if prof.get(metric) is not None:
-                        metrics[metric] = prof[metric]
+                    value = measured(prof.get(metric))
+                    if value is not None or metric not in metrics:
+                        metrics[metric] = value
     if len(seen) > 1:  # a Pi's latency must never be checked against a server's limit
         raise EdgeKDError(
             f"profiles from several devices ({', '.join(sorted(seen))}) match; "
             "pass --device NAME to check one"
         )
-    return metrics
+    return {k: v for k, v in metrics.items() if v is not None}  # absent: "not measured"
 
 
 # ---------------------------------------------------------------- CI outputs

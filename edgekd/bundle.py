@@ -12,7 +12,6 @@ probabilities. This module must never import torch or transformers (a test check
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 import zipfile
@@ -113,10 +112,22 @@ class Bundle:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if path.suffix == ".zip" and path.is_file():
             self._tmp = tempfile.TemporaryDirectory(prefix="edgekd-bundle-")
-            with zipfile.ZipFile(path) as z:
-                # Only the manifest's own flat file names are extracted: no paths.
-                names = [n for n in z.namelist() if "/" not in n and not n.startswith(".")]
-                z.extractall(self._tmp.name, members=names)
+            try:
+                with zipfile.ZipFile(path) as z:
+                    names = z.namelist()
+                    # A bundle is flat: a path or hidden name is no file of ours (and
+                    # extracting it could write outside the temp folder).
+                    odd = [n for n in names if "/" in n or "\\" in n or n.startswith(".")]
+                    if odd:
+                        raise EdgeKDError(
+                            f"{path} holds {odd[0]!r}, which no edgekd bundle has; "
+                            "rebuild it with `edgekd bundle`"
+                        )
+                    z.extractall(self._tmp.name, members=names)
+            except zipfile.BadZipFile:
+                raise EdgeKDError(
+                    f"{path} is not a readable .zip; rebuild it with `edgekd bundle`"
+                ) from None
             folder = Path(self._tmp.name)
         elif (path / MANIFEST).is_file():
             folder = path
@@ -145,9 +156,23 @@ class Bundle:
 
 
 def verify(folder: Path) -> dict[str, Any]:
-    """The manifest, after checking every listed file's sha256; one-line error otherwise."""
-    manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    for name, meta in manifest["files"].items():
+    """The manifest, after checking that the files present are exactly those it lists
+    and that each matches its sha256; a one-line error otherwise. An unlisted file is
+    refused too: a model swapped in under a new name must not be trusted."""
+    manifest = read_json(folder / MANIFEST)
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not all(
+        isinstance(m, dict) and isinstance(m.get("sha256"), str) for m in files.values()
+    ):
+        raise EdgeKDError(f"{folder / MANIFEST} lists no files; rebuild with `edgekd bundle`")
+    present = {p.name for p in folder.iterdir()} - {MANIFEST, MARKER}
+    unlisted = sorted(present - set(files))
+    if unlisted:
+        raise EdgeKDError(
+            f"bundle file {unlisted[0]} is not in {MANIFEST}: the bundle was changed; "
+            "rebuild with `edgekd bundle`"
+        )
+    for name, meta in files.items():
         path = folder / name
         if "/" in name or not path.is_file():
             raise EdgeKDError(f"bundle file {name} is missing; rebuild with `edgekd bundle`")

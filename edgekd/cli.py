@@ -14,6 +14,8 @@ from typing import Any, Literal, TypeVar
 
 import typer
 from pydantic import BaseModel
+from typer._click.exceptions import ClickException  # typer carries its own click
+from typer.core import TyperGroup
 
 from edgekd.config import (
     AugmentConfig,
@@ -29,7 +31,31 @@ from edgekd.config import (
 )
 from edgekd.errors import EdgeKDError
 
+
+class OneLineErrors(TyperGroup):
+    """Usage errors (an unknown option, a value out of range) as one line on stderr,
+    exit 2, like every other bad input; typer would draw a multi-line box."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        import sys
+
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except ClickException as e:
+            if type(e).__name__ == "NoArgsIsHelpError":  # bare `edgekd`: the help page
+                e.show()
+                sys.exit(e.exit_code)
+            where = e.ctx.command_path if getattr(e, "ctx", None) else "edgekd"  # type: ignore[attr-defined]
+            message = e.format_message().rstrip(".")
+            typer.echo(f"error: {message}; see `{where} --help`", err=True)
+            sys.exit(e.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     help="Distil a text classifier into an edge model, export it, profile it, check budgets.",
     no_args_is_help=True,
     add_completion=False,
@@ -39,30 +65,63 @@ app = typer.Typer(
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+DEBUG = {"on": False}  # set by --debug; EDGEKD_DEBUG=1 does the same
+
+
+@app.callback()
+def main(
+    debug: bool = typer.Option(
+        False,
+        "--debug",
+        help="On an internal error, print its traceback (also EDGEKD_DEBUG=1).",
+        show_default="off",
+    ),
+) -> None:
+    """Distil a text classifier into an edge model, export it, profile it, check budgets."""
+    DEBUG["on"] = debug
+
+
 def user_errors(fn: F) -> F:
-    """Print an `EdgeKDError` as one line on stderr and exit with its code."""
+    """Print an error as one line on stderr and exit with its code (edgekd.errors):
+    an `EdgeKDError` as it says, anything else through `failures.describe`."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        import os
+
         try:
             return fn(*args, **kwargs)
         except EdgeKDError as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(e.exit_code) from None
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            from edgekd.errors import INTERNAL_ERROR
+            from edgekd.failures import describe
+
+            message, code = describe(e)
+            if code == INTERNAL_ERROR and (DEBUG["on"] or os.environ.get("EDGEKD_DEBUG")):
+                raise
+            typer.echo(f"error: {message}", err=True)
+            raise typer.Exit(code) from None
 
     return wrapper  # type: ignore[return-value]
 
 
 def parse_options(pairs: list[str] | None, flag: str = "--student-option") -> dict[str, Any]:
     """`key=value` pairs; values are read as YAML scalars (`300`, `true`, `word`)."""
-    import yaml
+    from edgekd.config import parse_yaml
 
     out: dict[str, Any] = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise EdgeKDError(f"{flag} {pair!r} is not key=value; e.g. hidden_size=150")
-        out[key.strip()] = yaml.safe_load(value)
+        try:
+            out[key.strip()] = parse_yaml(value)
+        except Exception:  # yaml.YAMLError: an unbalanced [ or {
+            raise EdgeKDError(f"{flag} {pair!r}: the value is not YAML; quote it") from None
     return out
 
 
@@ -119,6 +178,7 @@ MAX_DEV = field(
 )  # fmt: skip
 TRAIN_SPLIT = field(DataConfig, "train_split", "--train-split")
 DEV_SPLIT = field(DataConfig, "dev_split", "--dev-split", default="dev, validation or valid")
+ENCODING = field(DataConfig, "encoding", "--encoding")
 CONFIG = typer.Option(
     None,
     "--config",
@@ -149,6 +209,7 @@ def teacher(
     max_dev: int | None = MAX_DEV,
     train_split: str = TRAIN_SPLIT,
     dev_split: str | None = DEV_SPLIT,
+    encoding: str = ENCODING,
     epochs: float = field(TeacherConfig, "epochs", "--epochs"),
     lr: float = field(TeacherConfig, "lr", "--lr"),
     batch_size: int = field(TeacherConfig, "batch_size", "--batch-size"),
@@ -174,7 +235,7 @@ def teacher(
     fields = data_fields(
         ctx, data=data, text_column=text_column, label_column=label_column,
         text_pair_column=text_pair_column, max_train=max_train, max_dev=max_dev,
-        train_split=train_split, dev_split=dev_split,
+        train_split=train_split, dev_split=dev_split, encoding=encoding,
     )  # fmt: skip
     cfg = with_data(cfg, fields, own.get("seed"))
     task = load_task(cfg.data)
@@ -294,6 +355,7 @@ def distill(
     max_dev: int | None = MAX_DEV,
     train_split: str = TRAIN_SPLIT,
     dev_split: str | None = DEV_SPLIT,
+    encoding: str = ENCODING,
     cache_dir: str | None = field(
         DistillConfig, "cache_dir", "--cache-dir", default="$EDGEKD_CACHE or ~/.cache/edgekd"
     ),
@@ -348,7 +410,7 @@ def distill(
     fields = data_fields(
         ctx, data=data, text_column=text_column, label_column=label_column,
         text_pair_column=text_pair_column, max_train=max_train, max_dev=max_dev,
-        train_split=train_split, dev_split=dev_split,
+        train_split=train_split, dev_split=dev_split, encoding=encoding,
     )  # fmt: skip
     cfg = with_data(cfg, fields, own.get("seed"))
     from edgekd.distill.trainer import run_distill
@@ -372,6 +434,7 @@ def eval_(
     max_dev: int | None = MAX_DEV,
     train_split: str = TRAIN_SPLIT,
     dev_split: str | None = DEV_SPLIT,
+    encoding: str = ENCODING,
     json_out: Path | None = typer.Option(
         None, "--json", help="Write the result to this JSON file.", show_default="none"
     ),
@@ -392,6 +455,7 @@ def eval_(
             max_dev=max_dev,
             train_split=train_split,
             dev_split=dev_split,
+            encoding=encoding,
         )
     )
     predictor = load_predictor(model)
@@ -477,7 +541,7 @@ def export(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Export a student to ONNX (validated against PyTorch), optionally int8 (--int8)."""
-    from edgekd.config import override
+    from edgekd.config import override, validate
     from edgekd.exporters.run import run_export, student_data_config
 
     quant = given(
@@ -498,27 +562,31 @@ def export(
         from edgekd.devices.base import load_spec
 
         preset = load_spec(device).int8_preset()
-    cfg = ExportConfig(
-        int8=int8,
-        guard=guard,
-        atol=atol,
-        opset=opset,
-        mobile=mobile,
-        executorch=executorch,
-        fixed_shape=fixed_shape,
-        **(
-            {
-                "int8_mode": int8_mode,
-                "preset": preset,
-                "calibration": calibration,
-                "calibration_samples": calibration_samples,
-                "per_channel": per_channel,
-                "reduce_range": reduce_range,
-                "max_int8_drop": max_int8_drop,
-            }
-            if int8
-            else {}
+    cfg = validate(
+        ExportConfig,
+        dict(
+            int8=int8,
+            guard=guard,
+            atol=atol,
+            opset=opset,
+            mobile=mobile,
+            executorch=executorch,
+            fixed_shape=fixed_shape,
+            **(
+                {
+                    "int8_mode": int8_mode,
+                    "preset": preset,
+                    "calibration": calibration,
+                    "calibration_samples": calibration_samples,
+                    "per_channel": per_channel,
+                    "reduce_range": reduce_range,
+                    "max_int8_drop": max_int8_drop,
+                }
+                if int8
+                else {}
+            ),
         ),
+        "export options",
     )
     data_cfg = student_data_config(student_dir) if student_dir.is_dir() else None
     if data:
@@ -543,11 +611,12 @@ def trim(
     student_dir: Path = typer.Argument(..., help="BiLSTM student folder."),
     out: Path = typer.Option(..., "--out", help="Folder for the trimmed student."),
     min_freq: int = typer.Option(
-        1, "--min-freq", help="Keep tokens seen at least this often in training (times)."
+        1, "--min-freq", min=1, help="Keep tokens seen at least this often in training (times)."
     ),
     keep_top: int | None = typer.Option(
         None,
         "--keep-top",
+        min=1,
         help="Keep at most this many tokens, the most frequent.",
         show_default="no cap",
     ),
@@ -614,7 +683,7 @@ def predict(
         False, "--json", help="One JSON object per line instead of a table.", show_default=OFF
     ),
     threads: int = typer.Option(
-        0, "--threads", help="onnxruntime intra-op threads (0: all cores)."
+        0, "--threads", min=0, help="onnxruntime intra-op threads (0: all cores)."
     ),
 ) -> None:
     """Classify texts with a bundle (onnxruntime + numpy only: no torch, no transformers)."""
@@ -651,13 +720,19 @@ def profile(
         None, "--host", help="[USER@]HOST for an ssh device.", show_default="the spec's"
     ),
     threads: int | None = typer.Option(
-        None, "--threads", help="onnxruntime intra-op threads.", show_default="the device's"
+        None,
+        "--threads",
+        min=0,
+        help="onnxruntime intra-op threads (0: all cores).",
+        show_default="the device's",
     ),
-    runs: int = typer.Option(200, "--runs", help="Timed runs in all, split into --trials."),
+    runs: int = typer.Option(
+        200, "--runs", min=1, help="Timed runs in all, split into --trials (at least one each)."
+    ),
     trials: int = typer.Option(
-        5, "--trials", help="Trials; p50/p90 are medians of the trials' own."
+        5, "--trials", min=1, help="Trials; p50/p90 are medians of the trials' own."
     ),
-    warmup: int = typer.Option(20, "--warmup", help="Untimed runs first."),
+    warmup: int = typer.Option(20, "--warmup", min=0, help="Untimed runs first."),
     seq_len: str = typer.Option(
         "64",
         "--seq-len",
@@ -689,10 +764,16 @@ def profile(
     from edgekd.devices.profile import profile_model
     from edgekd.io import write_json
 
+    if runs < trials:
+        raise EdgeKDError(
+            f"--runs {runs} < --trials {trials}: each trial needs a run; raise --runs"
+        )
     try:
         lengths = [int(n) for n in seq_len.split(",")]
     except ValueError:
         raise EdgeKDError(f"--seq-len {seq_len!r}: give integers, e.g. 64 or 16,32,64") from None
+    if min(lengths) < 1:
+        raise EdgeKDError(f"--seq-len {seq_len!r}: lengths are at least 1 token")
     texts = None
     if data:
         from edgekd.config import DataConfig
@@ -987,12 +1068,13 @@ def quickstart(
     max_train: int = typer.Option(
         100_000,
         "--max-train",
+        min=1,
         help="Training rows for the student, a seeded subsample above this (rows).",
     ),
     teacher_max_train: int = typer.Option(
-        4_000, "--teacher-max-train", help="Rows to fine-tune a teacher on (rows)."
+        4_000, "--teacher-max-train", min=1, help="Rows to fine-tune a teacher on (rows)."
     ),
-    epochs: int = typer.Option(4, "--epochs", help="Student epochs (passes over the rows)."),
+    epochs: int = typer.Option(4, "--epochs", min=1, help="Student epochs (passes over the rows)."),
     seed: int = typer.Option(0, "--seed", help="Seed for subsampling, training and export."),
     overwrite: bool = OVERWRITE,
 ) -> None:

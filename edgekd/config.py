@@ -7,6 +7,7 @@ each artifact (`save_config`) so any result can be reproduced from it.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -35,8 +36,12 @@ Calibration = Literal["minmax", "entropy", "percentile"]
 
 
 class StrictModel(BaseModel):
-    # Unknown keys are errors: a typo in a YAML file must not be silently ignored.
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+    # Unknown keys are errors: a typo in a YAML file must not be silently ignored. Values
+    # are strict: a boolean is not a number (`min_accuracy: false` must not become a
+    # limit of 0), "5" is not 5, and NaN or infinity is never a limit or a rate.
+    model_config = ConfigDict(
+        extra="forbid", protected_namespaces=(), strict=True, allow_inf_nan=False
+    )
 
 
 class DataConfig(StrictModel):
@@ -56,6 +61,7 @@ class DataConfig(StrictModel):
     max_train: int | None = Field(None, ge=1, description="Random subsample of training rows.")
     max_dev: int | None = Field(None, ge=1, description="Random subsample of dev rows.")
     seed: int = Field(0, description="Seed for subsampling and for a held-out dev split.")
+    encoding: str = Field("utf-8", description="Text encoding of local data files.")
 
 
 class TeacherConfig(StrictModel):
@@ -257,13 +263,50 @@ STATIC_OPTIONS = {"calibration", "calibration_samples"}
 M = TypeVar("M", bound=BaseModel)
 
 
+class _Loader(yaml.SafeLoader):
+    """SafeLoader (plain data only, never Python objects) that reads `1e-3` as a number.
+
+    YAML 1.1, which PyYAML implements, wants a dot in a float (`1.0e-3`) and reads
+    `1e-3` as a string; with strict config fields that would reject the way everyone
+    writes a learning rate. YAML 1.2's float pattern fixes it."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML text as plain data (a file's, or one `key=value` override's value)."""
+    return yaml.load(text, Loader=_Loader)
+
+
 def load_yaml(path: str | Path) -> Any:
-    """Read YAML as plain data; `safe_load` never constructs Python objects."""
+    """Read YAML as plain data; a SafeLoader never constructs Python objects."""
     try:
         with open(path, encoding="utf-8") as f:
-            return yaml.safe_load(f)
+            return parse_yaml(f.read())
     except FileNotFoundError:
         raise EdgeKDError(f"config file {path} does not exist; check the path", 2) from None
+    except IsADirectoryError:
+        raise EdgeKDError(f"{path} is a folder; pass the YAML file", 2) from None
+    except UnicodeDecodeError as e:
+        raise EdgeKDError(
+            f"{path} is not UTF-8 text (byte offset {e.start}); save it as UTF-8", 2
+        ) from None
     except yaml.YAMLError as e:
         first = str(e).splitlines()[0]
         raise EdgeKDError(f"{path} is not valid YAML ({first}); fix the syntax", 2) from None
@@ -280,6 +323,16 @@ def validate(model: type[M], data: Any, source: str) -> M:
             f"{source}: field '{where}': {err['msg']} ({len(e.errors())} error(s)); fix that field",
             2,
         ) from None
+
+
+def check_options(what: str, model: type[M], options: dict[str, Any], flag: str) -> M:
+    """A component's options validated against its own config model, before any data is
+    read: an unknown or bad field is one line naming it and the valid ones."""
+    valid = ", ".join(model.model_fields)
+    unknown = sorted(set(options) - set(model.model_fields))
+    if unknown:
+        raise EdgeKDError(f"{what} has no option {unknown[0]!r}; valid: {valid} ({flag})")
+    return validate(model, options, f"{what} ({flag})")
 
 
 def override(cfg: M, **fields: Any) -> M:

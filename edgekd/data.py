@@ -9,8 +9,10 @@ Whatever the source, the result is a `TaskData`: train and dev `Split`s of
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
+import math
 import os
 import random
 import sys
@@ -132,14 +134,30 @@ def _pick(
     )
 
 
+def _read_text(path: Path, cfg: DataConfig) -> str:
+    """The file decoded whole, so a bad byte is named by its offset in the file."""
+    data = path.read_bytes()
+    try:
+        return data.decode(cfg.encoding)
+    except LookupError:
+        raise EdgeKDError(
+            f"--encoding {cfg.encoding!r} is no known encoding; e.g. latin-1"
+        ) from None
+    except UnicodeDecodeError as e:
+        raise EdgeKDError(
+            f"{path} is not {cfg.encoding} text (byte offset {e.start}: "
+            f"{data[e.start : e.start + 1]!r}); convert it, or pass --encoding (e.g. latin-1)"
+        ) from None
+
+
 def _read_delimited(path: Path, cfg: DataConfig) -> RawSplit:
     delimiter = "\t" if path.suffix == ".tsv" else ","
-    with open(path, encoding="utf-8", newline="") as f:
-        if delimiter == "\t":  # GLUE TSVs hold bare quotes inside sentences: read literally
-            reader = csv.reader(f, delimiter=delimiter, quoting=csv.QUOTE_NONE)
-        else:
-            reader = csv.reader(f, delimiter=delimiter)
-        rows = [r for r in reader if r]
+    f = io.StringIO(_read_text(path, cfg), newline="")
+    if delimiter == "\t":  # GLUE TSVs hold bare quotes inside sentences: read literally
+        reader = csv.reader(f, delimiter=delimiter, quoting=csv.QUOTE_NONE)
+    else:
+        reader = csv.reader(f, delimiter=delimiter)
+    rows = [r for r in reader if r]
     if not rows:
         raise EdgeKDError(f"{path} is empty; give a file with a header and at least one row")
     head = [c.strip() for c in rows[0]]
@@ -147,6 +165,9 @@ def _read_delimited(path: Path, cfg: DataConfig) -> RawSplit:
     wanted = {cfg.text_column, cfg.label_column, cfg.text_pair_column} - {None}
     has_header = any(c.lower() in known or c in wanted for c in head)
     if has_header:
+        twice = sorted({c for c in head if head.count(c) > 1})
+        if twice:
+            raise EdgeKDError(f"{path} has two columns named {twice[0]!r}; rename one")
         columns, body, first_row = head, rows[1:], 2
     else:
         columns, body, first_row = [str(i) for i in range(len(head))], rows, 1
@@ -187,9 +208,19 @@ def _pair_column(columns: list[str], cfg: DataConfig, origin: str) -> str | None
 
 
 def _read_jsonl(path: Path, cfg: DataConfig) -> RawSplit:
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
+    """JSON Lines (one object per line), or one JSON array of objects."""
+    text = _read_text(path, cfg)
+    records: list[Any] = []
+    if text.lstrip().startswith("["):
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise EdgeKDError(
+                f"{path} is not a valid JSON array ({e.msg}, line {e.lineno}); fix it or "
+                "write one object per line"
+            ) from None
+    else:
+        for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
@@ -198,6 +229,9 @@ def _read_jsonl(path: Path, cfg: DataConfig) -> RawSplit:
                 raise EdgeKDError(
                     f"{path} line {n} is not JSON ({e.msg}); one object per line"
                 ) from None
+    bad = next((i for i, r in enumerate(records) if not isinstance(r, dict)), None)
+    if bad is not None:
+        raise EdgeKDError(f"{path} record {bad + 1} is not a JSON object; give field: value pairs")
     if not records:
         raise EdgeKDError(f"{path} is empty; give at least one JSON object per line")
     columns = list(records[0])
@@ -323,21 +357,34 @@ def _load_hub(spec: str, cfg: DataConfig) -> tuple[RawSplit, RawSplit | None]:
 # ---------------------------------------------------------------- labels
 
 
-def _label_key(value: Any) -> str:
+def _label_key(value: Any) -> str | None:
+    """One spelling per class: `1`, `1.0`, `"1"` and `" 1 "` are all "1"; None, NaN, "nan"
+    and "" are no label (None)."""
+    if value is None:
+        return None
     if isinstance(value, bool):
         return str(int(value))
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value).strip()
+    text = str(value).strip()
+    try:
+        number = float(text)
+    except ValueError:
+        return text or None
+    if not math.isfinite(number):
+        return None
+    return str(int(number)) if number.is_integer() else repr(number)
 
 
 def _label_names(train: RawSplit) -> list[str]:
     if train.label_names is not None:
         return train.label_names
-    keys = {_label_key(v) for v in train.labels}
-    if all(k.lstrip("-").isdigit() for k in keys):
-        return sorted(keys, key=int)
-    return sorted(keys)
+    keys = set(map(_label_key, train.labels))
+    if None in keys:  # named here, before "a single label" could hide it
+        row = next(i for i, v in enumerate(train.labels) if _label_key(v) is None)
+        raise EdgeKDError(f"{train.where(row)} has no label; fill it in or drop the row")
+    names = {k for k in keys if k is not None}
+    if all(k.lstrip("-").isdigit() for k in names):
+        return sorted(names, key=int)
+    return sorted(names)
 
 
 def _to_ids(raw: RawSplit, names: list[str]) -> Split:
@@ -352,8 +399,8 @@ def _to_ids(raw: RawSplit, names: list[str]) -> Split:
                 )
             ids.append(value)
             continue
-        key = _label_key(value) if value is not None else ""
-        if key == "":
+        key = _label_key(value)
+        if key is None:
             raise EdgeKDError(f"{raw.where(i)} has no label; fill it in or drop the row")
         if key not in index:
             raise EdgeKDError(

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from edgekd.errors import EdgeKDError
+from edgekd.errors import OUTPUT_REFUSED, EdgeKDError
 
 # Every folder edgekd writes carries this file: which files in it are edgekd's own.
 # Only a folder whose files are all listed may be replaced; nothing unlisted is deleted.
@@ -21,7 +21,6 @@ MARKER = ".edgekd.json"
 # A temp folder is named `.NAME.tmp-PID-edgekd-RANDOM`: a later run sweeps it once that
 # process is gone. The name is its mark, so nothing extra sits among its files.
 TEMP_TAG = "edgekd"
-OUTPUT_REFUSED = 3  # exit code: the output path is not edgekd's to write
 
 
 def owned_files(folder: Path) -> set[str] | None:
@@ -238,8 +237,20 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 
 def read_json(path: str | Path) -> Any:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    """A JSON file's data; a malformed or non-UTF-8 file is a one-line error naming it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise EdgeKDError(
+            f"{path} is not valid JSON ({e.msg}, line {e.lineno}); re-create it with the "
+            "edgekd command that wrote it"
+        ) from None
+    except UnicodeDecodeError as e:
+        raise EdgeKDError(
+            f"{path} is not UTF-8 text (byte offset {e.start}); re-create it with the "
+            "edgekd command that wrote it"
+        ) from None
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

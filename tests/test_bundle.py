@@ -89,7 +89,7 @@ def test_predict_refuses_a_tampered_bundle(export_dir, tmp_path):
     with open(tmp_path / "b" / "model.onnx", "ab") as f:
         f.write(b"\0")
     r = runner.invoke(app, ["predict", str(tmp_path / "b"), "good"])
-    assert r.exit_code == 1 and "does not match its sha256" in r.output
+    assert r.exit_code == 2 and "does not match its sha256" in r.output
 
 
 def test_bundle_refuses_a_model_the_export_lacks(export_dir, tmp_path):
@@ -101,5 +101,5 @@ def test_bundle_refuses_a_model_the_export_lacks(export_dir, tmp_path):
     r = runner.invoke(
         app, ["bundle", str(fp32_only), "--out", str(tmp_path / "b"), "--model", "int8"]
     )
-    assert r.exit_code == 1 and "no int8 model" in r.output
+    assert r.exit_code == 2 and "no int8 model" in r.output
     assert not (tmp_path / "b").exists()

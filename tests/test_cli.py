@@ -146,12 +146,12 @@ def test_cli_chain_teacher_distill_export_profile_check(tmp_path: Path, tiny_dat
     "args,code,message",
     [
         (["check", "--budget", "{tmp}/nope.yaml", "{tmp}"], 2, "does not exist"),
-        (["distill", "--out", "{tmp}/s"], 1, "no teacher given"),
-        (["distill", "--teacher", "x", "--out", "{tmp}/s", "-s", "oops"], 1, "not key=value"),
-        (["profile", "{tmp}/missing.onnx"], 1, "does not exist"),
+        (["distill", "--out", "{tmp}/s"], 2, "no teacher given"),
+        (["distill", "--teacher", "x", "--out", "{tmp}/s", "-s", "oops"], 2, "not key=value"),
+        (["profile", "{tmp}/missing.onnx"], 2, "does not exist"),
         (
             ["profile", "{tmp}/missing.onnx", "--device", "toaster"],
-            1,
+            2,
             "valid names: android-arm64, local-cpu",
         ),
     ],
@@ -250,7 +250,7 @@ def test_cli_mixup_on_pairs_with_a_siamese_student_is_refused(tmp_path, pair_dat
         ["distill", "--teacher", str(tiny_teacher), "--out", str(tmp_path / "s"),
          "--data", str(pair_data), "--text-pair-column", "sentence2", "--augment", "mixup"],
     )  # fmt: skip
-    assert r.exit_code == 1 and "use --student bert" in r.output.splitlines()[-1]
+    assert r.exit_code == 2 and "use --student bert" in r.output.splitlines()[-1]
     assert not (tmp_path / "s").exists()
 
 
@@ -352,7 +352,7 @@ def test_cli_profile_vs_and_seq_len_sweep(tmp_path):
     sweep = json.loads((tmp_path / "sweep.json").read_text())["sweep"]
     assert [s["seq_len"] for s in sweep] == [8, 16]
     r = invoke("profile", a, "--seq-len", "8,x")
-    assert r.exit_code == 1 and "give integers" in r.output
+    assert r.exit_code == 2 and "give integers" in r.output
 
 
 def test_cli_devices_lists_specs_and_shows_one(tmp_path):
@@ -513,7 +513,7 @@ def test_export_int8_mode_static_implies_int8_and_records_calibration(tmp_path, 
 def test_export_int8_options_without_their_mode_are_one_line_errors(tmp_path, extra, fix):
     # Checked before the student is read: the folder need not exist.
     r = runner.invoke(app, ["export", str(tmp_path / "s"), "--out", str(tmp_path / "e"), *extra])
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert r.output.strip().splitlines() == [f"error: {r.output.strip()[7:]}"]
     assert fix in r.output and not (tmp_path / "e").exists()
 

@@ -182,3 +182,50 @@ def test_bucketed_batches_cover_every_row_once_with_little_padding():
     assert padded < 1.1 * sum(lengths)  # random batches of 10 would pad ~1.6×
     assert batches == bucketed_batches(lengths, 10, random.Random(1), pool=20)
     assert batches != bucketed_batches(lengths, 10, random.Random(2), pool=20)
+
+
+def test_numeric_labels_normalise_to_one_class_per_value(tmp_path: Path):
+    # 1, 1.0, "1" and " 1 " are one class; 0 and 0.0 another: binary data stays binary.
+    rows = [
+        {"text": "a", "label": 1},
+        {"text": "b", "label": 1.0},
+        {"text": "c", "label": "1"},
+        {"text": "d", "label": " 1 "},
+        {"text": "e", "label": 0},
+        {"text": "f", "label": "0.0"},
+    ]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "dev.jsonl").write_text('{"text": "g", "label": 1.0}\n')
+    task = load(tmp_path)
+    assert task.label_names == ["0", "1"]
+    assert task.train.labels == [1, 1, 1, 1, 0, 0] and task.dev.labels == [1]
+
+
+@pytest.mark.parametrize("label", ["NaN", '"nan"', '""', "null"])
+def test_a_missing_or_nan_label_is_an_error_naming_the_row(tmp_path: Path, label: str):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"text": "a", "label": 1}\n{"text": "b", "label": ' + label + "}\n")
+    with pytest.raises(EdgeKDError, match=r"t.jsonl row 2 has no label"):
+        load(path)
+
+
+def test_a_json_array_file_is_read_like_json_lines(tmp_path: Path):
+    rows = [{"text": f"t{i}", "label": i % 2} for i in range(20)]
+    (tmp_path / "rows.json").write_text(json.dumps(rows, indent=2))
+    task = load(tmp_path / "rows.json")
+    assert len(task.train) + len(task.dev) == 20 and task.label_names == ["0", "1"]
+
+
+def test_non_utf8_text_names_the_byte_and_encoding_reads_it(tmp_path: Path):
+    path = tmp_path / "train.tsv"
+    body = "sentence\tlabel\n" + "".join(f"caf\xe9 {i}\t{i % 2}\n" for i in range(20))
+    path.write_bytes(body.encode("latin-1"))
+    with pytest.raises(EdgeKDError, match=r"byte offset 18: b'\\xe9'.*--encoding"):
+        load(path)
+    assert load(path, encoding="latin-1").train.texts[0].startswith("café")
+
+
+def test_duplicate_column_names_are_refused(tmp_path: Path):
+    (tmp_path / "d.csv").write_text("text,text,label\na,b,1\nc,d,0\n")
+    with pytest.raises(EdgeKDError, match="two columns named 'text'"):
+        load(tmp_path / "d.csv")

@@ -253,7 +253,28 @@ def train_student(
 
 def preflight(cfg: DistillConfig) -> None:
     """Every check that needs no data or teacher, so a bad config fails at once."""
+    import inspect
+
+    from edgekd.config import check_options
+
     student_cls = STUDENTS.get(cfg.student)  # an unknown name raises, listing the valid ones
+    check_options(
+        f"student {cfg.student!r}", student_cls.Config, cfg.student_options, "--student-option"
+    )
+    if cfg.intermediate is not None:
+        layer_cls = LAYER_LOSSES.get(cfg.intermediate)
+        # The keyword arguments of the first __init__ up its classes that names them
+        # (subclasses pass *args, **kwargs on); the four shape arguments come from models.
+        inits = (inspect.signature(c.__init__).parameters for c in layer_cls.__mro__)
+        init = next(p for p in inits if not any(x.kind == x.VAR_KEYWORD for x in p.values()))
+        shapes = ("self", "student_layers", "teacher_layers", "student_width", "teacher_width")
+        valid = [n for n in init if n not in shapes]
+        unknown = sorted(set(cfg.intermediate_options) - set(valid))
+        if unknown:
+            raise EdgeKDError(
+                f"intermediate {cfg.intermediate!r} has no option {unknown[0]!r}; valid: "
+                f"{', '.join(valid)} (--intermediate-option)"
+            )
     for method in cfg.augment.methods:
         AUGMENTERS.get(method)  # an unknown name fails here, before any work
     build_loss(cfg)  # so do bad loss options
