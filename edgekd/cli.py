@@ -221,6 +221,7 @@ def teacher(
     """Fine-tune a BERT-style encoder into a teacher classifier."""
     from edgekd.config import load_yaml, override, save_config, validate
     from edgekd.data import load_task
+    from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
     from edgekd.io import atomic_dir, check_output, write_json
     from edgekd.teacher import finetune
 
@@ -240,9 +241,10 @@ def teacher(
     cfg = with_data(cfg, fields, own.get("seed"))
     task = load_task(cfg.data)
     with atomic_dir(out, overwrite) as tmp:
-        metrics = finetune(cfg, task, tmp)
+        metrics = finetune(cfg, task, tmp, checkpoint_dir(out))
         save_config(cfg, tmp / "config.yaml")
         write_json(tmp / "metrics.json", metrics)
+    discard_checkpoint(out)
     typer.echo(f"teacher: dev accuracy {metrics['dev_accuracy']:.4f} → {out}")
 
 

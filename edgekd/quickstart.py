@@ -16,7 +16,7 @@ import numpy as np
 from edgekd.budget import Budget, collect_metrics, evaluate
 from edgekd.config import DataConfig, DistillConfig, ExportConfig, TeacherConfig, save_config
 from edgekd.data import load_task
-from edgekd.io import atomic_dir, claim_folder, write_json
+from edgekd.io import claim_folder, write_json
 from edgekd.progress import console
 
 # The quickstart's gate: int8 may cost at most 1 point over fp32, and the student at
@@ -45,7 +45,7 @@ def run_quickstart(
     from edgekd.exporters.run import FP32, INT8, run_export
     from edgekd.exporters.teacher import export_teacher
     from edgekd.predict import OnnxPredictor, score
-    from edgekd.teacher import align_labels, finetune
+    from edgekd.teacher import align_labels, train_teacher
 
     start = time.perf_counter()
     stage_start = [start]
@@ -68,10 +68,7 @@ def run_quickstart(
             tcfg = tcfg.model_copy(update={"base": base})
         console.rule(f"1/5 teacher: fine-tune {tcfg.base} on {teacher_max_train:,} rows")
         teacher_dir = out / "teacher"
-        with atomic_dir(teacher_dir) as tmp:
-            metrics = finetune(tcfg, load_task(tcfg.data), tmp)
-            save_config(tcfg, tmp / "config.yaml")
-            write_json(tmp / "metrics.json", metrics)
+        metrics = train_teacher(tcfg, teacher_dir)
         teacher = str(teacher_dir)
         done("teacher", f"dev accuracy {metrics['dev_accuracy']:.4f}")
     else:

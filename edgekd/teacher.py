@@ -136,11 +136,35 @@ def teacher_logits(
     return out
 
 
-def finetune(cfg: TeacherConfig, task: TaskData, out_dir: Path) -> dict[str, Any]:
+def train_teacher(
+    cfg: TeacherConfig, out_dir: str | Path, overwrite: bool = False, task: TaskData | None = None
+) -> dict[str, Any]:
+    """The teacher stage: fine-tune into `out_dir` (written whole, or not at all) with its
+    resolved config.yaml and metrics.json; a killed run resumes from its last epoch."""
+    from edgekd.config import save_config
+    from edgekd.data import load_task
+    from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
+    from edgekd.io import atomic_dir, check_output, write_json
+
+    check_output(out_dir, overwrite)
+    task = task or load_task(cfg.data)
+    with atomic_dir(out_dir, overwrite) as tmp:
+        metrics = finetune(cfg, task, tmp, checkpoint_dir(out_dir))
+        save_config(cfg, tmp / "config.yaml")
+        write_json(tmp / "metrics.json", metrics)
+    discard_checkpoint(out_dir)
+    return metrics
+
+
+def finetune(
+    cfg: TeacherConfig, task: TaskData, out_dir: Path, checkpoint: Path | None = None
+) -> dict[str, Any]:
     """Fine-tune `cfg.base` on `task` into `out_dir` (an HF folder); return metrics.
 
-    AdamW with linear warm-up and decay, dev accuracy every `eval_every` steps,
-    best checkpoint kept. Runs under accelerate, one process by default.
+    AdamW with linear warm-up and decay, dev accuracy every `eval_every` steps and at
+    each epoch's end, best weights kept. Runs under accelerate, one process by default.
+    With `checkpoint` (a folder beside the final output), every finished epoch is saved
+    there and a matching one is resumed (`edgekd.distill.checkpoint`).
     """
     import torch
     from accelerate import Accelerator
@@ -210,13 +234,23 @@ def finetune(cfg: TeacherConfig, task: TaskData, out_dir: Path) -> dict[str, Any
         model.train()
         return float((logits.argmax(1) == np.array(task.dev.labels)).mean())
 
-    best, best_step, history = -1.0, 0, []
-    best_state: dict[str, Any] = {}
-    step, start = 0, time.perf_counter()
+    from edgekd.distill import checkpoint as ckpt
+
+    match = ckpt.fingerprint(cfg.model_dump(mode="json"), texts, labels)
+    resume = ckpt.Resume()
+    if checkpoint is not None and accelerator.is_main_process:
+        resume = ckpt.load(
+            checkpoint, match, accelerator.unwrap_model(model), optim, {}, {}, sched,
+            {"order": gen},
+        )  # fmt: skip
+    best, best_step, history = resume.best_acc, resume.best_epoch, resume.history
+    best_state: dict[str, Any] = resume.best_state or {}
+    step, start = resume.epoch * steps_per_epoch, time.perf_counter()
     epoch_start, epoch_loss, epoch_steps = start, 0.0, 0
     model.train()
     with progress_bar() as bar:
         job = bar.add_task("fine-tune teacher", total=total_steps, rate="")
+        bar.update(job, advance=step)
         while step < total_steps:
             for batch_idx in torch.randperm(len(texts), generator=gen).split(cfg.batch_size):
                 idx = batch_idx.tolist()
@@ -258,6 +292,13 @@ def finetune(cfg: TeacherConfig, task: TaskData, out_dir: Path) -> dict[str, Any
                         f"{epoch_loss / epoch_steps:.4f}, dev accuracy {acc:.4f}, "
                         f"{time.perf_counter() - epoch_start:.1f} s"
                     )
+                    if checkpoint is not None and accelerator.is_main_process:
+                        done = math.ceil(step / steps_per_epoch)
+                        ckpt.save(
+                            checkpoint, match, done, accelerator.unwrap_model(model), optim,
+                            ckpt.Resume(done, best, best_step, best_state, history), {}, {},
+                            sched, {"order": gen},
+                        )  # fmt: skip
                     epoch_start, epoch_loss, epoch_steps = time.perf_counter(), 0.0, 0
                 if step >= total_steps:
                     break

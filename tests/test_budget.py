@@ -202,3 +202,21 @@ def test_collect_metrics_refuses_to_mix_devices_without_a_device(tmp_path):
         )
     with pytest.raises(EdgeKDError, match=r"several devices \(local-cpu, raspberry-pi-4\)"):
         collect_metrics([tmp_path], Budget(max_p90_ms=1))
+
+
+def test_an_int8_budget_fails_when_the_export_guard_refused_int8(tmp_path):
+    # Refused by the guard: the shipped int8 model does not exist, so the gate fails
+    # (exit 1), where an export made without --int8 is a usage error (exit 2).
+    (tmp_path / "export.json").write_text(
+        json.dumps({"models": {"fp32": {"path": "model.onnx", "bytes": 10, "accuracy": 0.9}},
+                    "int8_refused": True})
+    )  # fmt: skip
+    b = Budget(max_bytes=100)
+    results = evaluate(b, collect_metrics([tmp_path], b))
+    assert [r.status for r in results] == ["missing"] and not results[0].passed
+    (tmp_path / "export.json").write_text(
+        json.dumps({"models": {"fp32": {"path": "model.onnx", "bytes": 10, "accuracy": 0.9}}})
+    )
+    with pytest.raises(EdgeKDError, match="re-export with --int8") as e:
+        collect_metrics([tmp_path], b)
+    assert e.value.exit_code == 2

@@ -78,7 +78,15 @@ def cached_logits(
 
     path = cache_dir / f"{key}.safetensors"
     if path.is_file():
-        return load_file(str(path))["logits"], True
+        try:
+            logits = load_file(str(path))["logits"]
+            if logits.ndim == 2 and np.isfinite(logits).all():
+                return logits, True
+        except Exception:  # truncated by a crash, or damaged: it is only a cache
+            pass
+        from edgekd.progress import console
+
+        console.print(f"note: cached teacher logits {path.name} are unreadable; recomputing")
     logits = np.ascontiguousarray(compute(), dtype=np.float32)
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp-{os.getpid()}")

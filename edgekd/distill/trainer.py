@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import random
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,11 @@ import torch
 
 from edgekd.config import DistillConfig, save_config
 from edgekd.data import Split, bucketed_batches, length_sorted_batches, load_task
+from edgekd.distill.checkpoint import checkpoint_dir
 from edgekd.distill.labeling import augmented_texts, teacher_labels
 from edgekd.distill.losses import NO_LABEL
 from edgekd.errors import EdgeKDError
-from edgekd.io import atomic_dir, write_json
+from edgekd.io import atomic_dir, owned_files, write_json
 from edgekd.progress import console, progress_bar
 from edgekd.registry import AUGMENTERS, LAYER_LOSSES, LOSSES, STUDENTS
 from edgekd.students.base import Student, save_student
@@ -94,14 +96,18 @@ def train_student(
     train_logits: np.ndarray,
     dev_logits: np.ndarray,
     extras: Extras | None = None,
+    checkpoint: Path | None = None,
 ) -> dict[str, Any]:
     """Fit `model` in place to `train_logits`; keep the best dev-accuracy epoch.
 
     Rows of `train` labelled NO_LABEL (augmented text) get the distillation term only.
+    With `checkpoint`, each finished epoch is saved there and a matching checkpoint
+    found there is resumed (`distill.checkpoint`).
     """
     from accelerate import Accelerator
     from accelerate.utils import set_seed
 
+    from edgekd.distill import checkpoint as ckpt
     from edgekd.distill.layers import hf_features, student_features
 
     extras = extras or Extras()
@@ -189,10 +195,26 @@ def train_student(
             loss = loss + mixkd(model, batch, [train.texts[i] for i in rows.tolist()], gold)
         return loss
 
-    best_acc, best_epoch, best_state, history = -1.0, 0, None, []
+    # What a checkpoint holds beyond the student: trainable layer-loss projections and
+    # MixKD's own generator; and what it must match: this config and these rows.
+    modules = {"layer_loss": layer_loss} if layer_loss is not None else {}
+    generators = {"mixkd": mixkd.rng} if mixkd is not None else {}
+    match = ckpt.fingerprint(cfg.model_dump(mode="json"), train.texts, train.labels)
+    resume = ckpt.Resume()
+    if checkpoint is not None:
+        resume = ckpt.load(
+            checkpoint, match, accelerator.unwrap_model(model), optim, modules, generators
+        )
+    best_acc, best_epoch, best_state, history = (
+        resume.best_acc,
+        resume.best_epoch,
+        resume.best_state,
+        resume.history,
+    )
     with progress_bar() as bar:
         job = bar.add_task("distill", total=cfg.epochs * len(loader), rate="")
-        for epoch in range(1, cfg.epochs + 1):
+        bar.update(job, advance=resume.epoch * len(loader))
+        for epoch in range(resume.epoch + 1, cfg.epochs + 1):
             loss_fn.start_epoch(epoch)
             for name, schedule in cfg.schedules.items():
                 setattr(loss_fn, name, schedule.value(epoch, cfg.epochs))
@@ -230,12 +252,20 @@ def train_student(
                 f"dev accuracy {acc:.4f}, agreement {history[-1]['dev_agreement']:.4f}, "
                 f"{time.perf_counter() - epoch_start:.1f} s"
             )
-            if epoch < first_scored:
-                continue
-            if acc > best_acc:
-                best_acc, best_epoch = acc, epoch
-                best_state = copy.deepcopy(accelerator.unwrap_model(model).state_dict())
-            elif epoch - best_epoch >= cfg.patience and epoch >= min_epochs:
+            stop = False
+            if epoch >= first_scored:
+                if acc > best_acc:
+                    best_acc, best_epoch = acc, epoch
+                    best_state = copy.deepcopy(accelerator.unwrap_model(model).state_dict())
+                elif epoch - best_epoch >= cfg.patience and epoch >= min_epochs:
+                    stop = True
+            if checkpoint is not None and accelerator.is_main_process:
+                done = ckpt.Resume(epoch, best_acc, best_epoch, best_state, history)
+                ckpt.save(
+                    checkpoint, match, epoch, accelerator.unwrap_model(model), optim, done,
+                    modules, generators,
+                )  # fmt: skip
+            if stop:
                 console.print(
                     f"early stop: no dev gain for {cfg.patience} epochs "
                     f"(best epoch {best_epoch}, accuracy {best_acc:.4f})"
@@ -469,7 +499,10 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False
     seconds["prepare_student"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    fit = train_student(cfg, student, tok, transfer, task.dev, train_logits, dev_logits, extras)
+    checkpoint = checkpoint_dir(out_dir) if state.is_main_process else None
+    fit = train_student(
+        cfg, student, tok, transfer, task.dev, train_logits, dev_logits, extras, checkpoint
+    )
     seconds["train"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -508,4 +541,6 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False
             cfg.model_copy(update={"lr": cfg.lr or student.default_lr}), tmp / "config.yaml"
         )
         write_json(tmp / "metrics.json", metrics)
+    if checkpoint is not None and owned_files(checkpoint) is not None:
+        shutil.rmtree(checkpoint, ignore_errors=True)  # the run is done: nothing to resume
     return metrics

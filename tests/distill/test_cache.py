@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from edgekd.distill.cache import cache_key, cached_logits, teacher_fingerprint
 
@@ -36,3 +37,19 @@ def test_teacher_fingerprint_follows_weights_not_notes(tiny_teacher, tmp_path):
     assert teacher_fingerprint(str(copy)) == fp
     (copy / "config.json").write_text((copy / "config.json").read_text() + " ")
     assert teacher_fingerprint(str(copy)) != fp
+
+
+@pytest.mark.parametrize("damage", [b"", b"garbage", None])
+def test_a_damaged_cache_entry_is_recomputed_not_fatal(tmp_path, damage):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return np.ones((3, 2))
+
+    cached_logits(tmp_path, "k", compute)
+    path = tmp_path / "k.safetensors"
+    path.write_bytes(path.read_bytes()[:40] if damage is None else damage)  # truncated
+    logits, hit = cached_logits(tmp_path, "k", compute)
+    assert not hit and len(calls) == 2 and logits.shape == (3, 2)
+    assert cached_logits(tmp_path, "k", compute)[1]  # rewritten whole: a hit again

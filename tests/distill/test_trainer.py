@@ -157,9 +157,9 @@ def test_run_distill_ensemble_averages_teachers(tiny_teacher, tiny_data, tmp_pat
     seen = {}
     real = trainer.train_student
 
-    def spy(cfg, model, tok, train, dev_split, train_logits, dev_logits, extras=None):
+    def spy(cfg, model, tok, train, dev_split, train_logits, dev_logits, *rest):
         seen["dev"] = dev_logits
-        return real(cfg, model, tok, train, dev_split, train_logits, dev_logits, extras)
+        return real(cfg, model, tok, train, dev_split, train_logits, dev_logits, *rest)
 
     monkeypatch.setattr(trainer, "train_student", spy)
     m = run_distill(cfg(tiny_teacher, tiny_data, extra_teachers=[str(other)]), tmp_path / "s")

@@ -1,0 +1,136 @@
+"""What a resume costs: `edgekd distill` on 20,000 SST-2 rows, killed with SIGKILL in
+the middle of an epoch, then rerun with the same command.
+
+One command: `python benchmarks/resume_cost.py` (needs ../shared). Three runs of the
+same distillation, one after the other on this machine, teacher logits cached first so
+no run pays for labelling:
+  whole:    uninterrupted;
+  killed:   SIGKILL once epoch `--kill-after` has printed its line (so mid-epoch);
+  resumed:  the same command again.
+Reported: seconds from start to the first epoch line minus that epoch's own seconds
+(start-up: data, cached logits, student, and for `resumed` the checkpoint) for `whole`
+and `resumed`, the work lost to the kill, total seconds, and whether `resumed` ends with
+the same model.safetensors sha256 as `whole`. Writes benchmarks/results/resume_cost.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+EPOCH = re.compile(r"^epoch (\d+): .*, ([\d.]+) s$")
+
+
+def argv(args: argparse.Namespace, out: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "edgekd", "distill",
+        "--teacher", str(args.shared / "models" / "sst2-minilm-teacher"),
+        "--data", str(args.shared / "data" / "sst2"), "--max-train", str(args.rows),
+        "--epochs", str(args.epochs), "--patience", "99", "--seed", "0", "--out", str(out),
+    ]  # fmt: skip
+
+
+def run(cmd: list[str], env: dict[str, str], kill_after: int | None = None) -> dict:
+    """Run `cmd`, timing each stderr line; SIGKILL after epoch `kill_after`'s line."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    epochs, resumed_from = [], None
+    for line in proc.stderr:
+        now = time.perf_counter() - start
+        if line.startswith("resuming from epoch"):
+            resumed_from = int(line.split()[3])
+        m = EPOCH.match(line.strip())
+        if m:
+            epochs.append({"epoch": int(m[1]), "at_s": now, "epoch_s": float(m[2])})
+            if kill_after is not None and int(m[1]) == kill_after:
+                time.sleep(0.5 * epochs[-1]["epoch_s"])  # half-way into the next epoch
+                proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    first = epochs[0] if epochs else None
+    return {
+        "seconds": round(time.perf_counter() - start, 2),
+        "returncode": proc.returncode,
+        "epochs": epochs,
+        "resumed_from": resumed_from,
+        "startup_s": round(first["at_s"] - first["epoch_s"], 2) if first else None,
+    }
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shared", type=Path, default=REPO.parent / "shared")
+    p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-resume")
+    p.add_argument("--rows", type=int, default=20_000)
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--kill-after", type=int, default=2)
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    args = p.parse_args()
+    if not (args.shared / "data" / "sst2" / "train.tsv").is_file():
+        sys.exit(f"{args.shared} has no data/sst2: pass --shared")
+    args.work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "EDGEKD_CACHE": str(args.work / "cache")}
+    # Label once, so every timed run reads the same cached teacher logits.
+    warm = run([*argv(args, args.work / "warm"), "--epochs", "1"], env)
+    whole = run(argv(args, args.work / "whole"), env)
+    killed = run(argv(args, args.work / "student"), env, kill_after=args.kill_after)
+    resumed = run(argv(args, args.work / "student"), env)
+    same = sha256(args.work / "whole" / "model.safetensors") == sha256(
+        args.work / "student" / "model.safetensors"
+    )
+    epoch_s = [e["epoch_s"] for e in whole["epochs"]]
+    result = {
+        "rows": args.rows,
+        "epochs": args.epochs,
+        "killed_after_epoch": args.kill_after,
+        "killed_returncode": killed["returncode"],
+        "resumed_from_epoch": resumed["resumed_from"],
+        "same_weights_sha256": same,
+        "startup_s": {"fresh": whole["startup_s"], "resumed": resumed["startup_s"]},
+        "resume_overhead_s": round(resumed["startup_s"] - whole["startup_s"], 2),
+        "median_epoch_s": sorted(epoch_s)[len(epoch_s) // 2],
+        "seconds": {
+            "labelling_run": warm["seconds"],
+            "whole": whole["seconds"],
+            "killed": killed["seconds"],
+            "resumed": resumed["seconds"],
+        },
+        "runs": {"whole": whole, "killed": killed, "resumed": resumed},
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "resume_cost.json").write_text(json.dumps(result, indent=2) + "\n")
+    s = result["seconds"]
+    md = [
+        f"# Resume cost: distill, {args.rows:,} SST-2 rows, {args.epochs} epochs, 2 cores",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| start-up, fresh run (data, cached logits, student) | {whole['startup_s']} s |",
+        f"| start-up, resumed run (+ checkpoint load) | {resumed['startup_s']} s |",
+        f"| start-up difference, resumed − fresh | {result['resume_overhead_s']} s |",
+        f"| median epoch | {result['median_epoch_s']} s |",
+        f"| killed after epoch / resumed from epoch | {args.kill_after} / "
+        f"{resumed['resumed_from']} |",
+        f"| wall: uninterrupted / killed + resumed | {s['whole']} s / "
+        f"{round(s['killed'] + s['resumed'], 2)} s |",
+        f"| same weights (sha256) as uninterrupted | {'yes' if same else 'NO'} |",
+    ]
+    (args.out / "resume_cost.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""Per-epoch checkpoints, so a killed run resumes where it stopped.
+
+After every finished epoch the training loop writes, beside its output folder, a
+`.NAME.resume/` folder: `state.safetensors` (model, optimiser moments, best weights,
+torch RNG) and `state.json` (the resolved config, a fingerprint of the data, the epoch,
+the epoch history, optimiser hyper-parameters, Python and NumPy RNG states). Only
+tensors and JSON: nothing is unpickled on resume. Rerunning the same command finds it,
+restores every piece and continues with the next epoch, so the final weights are the
+same bytes as an uninterrupted run's; a run whose config or data differ says which
+field changed and starts over. The folder is removed once the output is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from edgekd.io import atomic_dir, owned_files, read_json, write_json
+from edgekd.progress import console
+
+STATE_JSON, STATE_TENSORS = "state.json", "state.safetensors"
+
+
+def checkpoint_dir(out_dir: str | Path) -> Path:
+    out = Path(out_dir)
+    return out.parent / f".{out.name}.resume"
+
+
+def discard_checkpoint(out_dir: str | Path) -> None:
+    """Remove `out_dir`'s checkpoint once the output is written (only if edgekd's)."""
+    import shutil
+
+    folder = checkpoint_dir(out_dir)
+    if owned_files(folder) is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def fingerprint(config: dict[str, Any], texts: list[Any], labels: list[int]) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed: the config and the training rows."""
+    digest = hashlib.sha256(json.dumps([texts, labels], ensure_ascii=False).encode()).hexdigest()
+    return {"config": config, "data_sha256": digest}
+
+
+def first_difference(old: Any, new: Any, path: str = "") -> str | None:
+    """The dotted path of the first field that differs, with both values."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new), key=str):
+            found = first_difference(old.get(key), new.get(key), f"{path}.{key}" if path else key)
+            if found:
+                return found
+        return None
+    return None if old == new else f"{path or 'value'} ({old!r} → {new!r})"
+
+
+@dataclass
+class Resume:
+    """What the loop restores: the next epoch and the early-stopping state."""
+
+    epoch: int = 0
+    best_acc: float = -1.0
+    best_epoch: int = 0
+    best_state: dict[str, torch.Tensor] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _optimizer_state(optim: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], Any]:
+    state = optim.state_dict()
+    tensors, plain = {}, {}
+    for idx, slots in state["state"].items():
+        for name, value in slots.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optim.{idx}.{name}"] = value.detach().cpu().contiguous()
+            else:
+                plain[f"{idx}.{name}"] = value
+    return tensors, {"param_groups": state["param_groups"], "plain": plain}
+
+
+def _load_optimizer(
+    optim: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: Any
+) -> None:
+    slots: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optim."):
+            idx, name = key[len("optim.") :].split(".", 1)
+            slots.setdefault(int(idx), {})[name] = value
+    for key, value in meta["plain"].items():
+        idx, name = key.split(".", 1)
+        slots.setdefault(int(idx), {})[name] = value
+    optim.load_state_dict({"state": slots, "param_groups": meta["param_groups"]})
+
+
+def save(
+    folder: Path,
+    match: dict[str, Any],
+    epoch: int,
+    model: torch.nn.Module,
+    optim: torch.optim.Optimizer,
+    resume: Resume,
+    extra_modules: dict[str, torch.nn.Module],
+    generators: dict[str, np.random.Generator],
+    scheduler: Any = None,
+    torch_generators: dict[str, torch.Generator] | None = None,
+) -> None:
+    """Write the state after `epoch` (atomically: a kill mid-write keeps the last one)."""
+    from safetensors.torch import save_file
+
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    for name, module in extra_modules.items():
+        tensors |= {
+            f"{name}.{k}": v.detach().cpu().contiguous() for k, v in module.state_dict().items()
+        }
+    for k, v in (resume.best_state or {}).items():
+        tensors[f"best.{k}"] = v.detach().cpu().contiguous()
+    optim_tensors, optim_meta = _optimizer_state(optim)
+    tensors |= optim_tensors
+    tensors["rng.torch"] = torch.get_rng_state()
+    for name, gen in (torch_generators or {}).items():
+        tensors[f"rng.{name}"] = gen.get_state()
+    py_state = random.getstate()
+    meta = {
+        **match,
+        "epoch": epoch,
+        "best_acc": resume.best_acc,
+        "best_epoch": resume.best_epoch,
+        "history": resume.history,
+        "optimizer": optim_meta,
+        "scheduler": scheduler.state_dict() if scheduler is not None else None,
+        "rng": {
+            "python": [py_state[0], list(py_state[1]), py_state[2]],
+            "numpy": _jsonable(np.random.get_state()),
+            **{name: g.bit_generator.state for name, g in generators.items()},
+        },
+    }
+    with atomic_dir(folder) as tmp:
+        save_file(tensors, str(tmp / STATE_TENSORS))
+        write_json(tmp / STATE_JSON, meta)
+
+
+def _jsonable(state: tuple[Any, ...]) -> list[Any]:
+    return [x.tolist() if isinstance(x, np.ndarray) else x for x in state]
+
+
+def load(
+    folder: Path,
+    match: dict[str, Any],
+    model: torch.nn.Module,
+    optim: torch.optim.Optimizer,
+    extra_modules: dict[str, torch.nn.Module],
+    generators: dict[str, np.random.Generator],
+    scheduler: Any = None,
+    torch_generators: dict[str, torch.Generator] | None = None,
+) -> Resume:
+    """Restore the state in `folder` when it matches `match`; else a fresh `Resume`."""
+    from safetensors.torch import load_file
+
+    if owned_files(folder) is None or not (folder / STATE_JSON).is_file():
+        return Resume()
+    try:
+        meta = read_json(folder / STATE_JSON)
+        tensors = load_file(str(folder / STATE_TENSORS))
+    except Exception as e:  # a checkpoint cut short by a crash: start over, say so
+        console.print(
+            f"not resuming: the checkpoint in {folder} is unreadable ({type(e).__name__})"
+        )
+        return Resume()
+    changed = first_difference({k: meta.get(k) for k in match}, match)
+    if changed:
+        console.print(
+            f"not resuming the interrupted run in {folder}: {changed} changed; starting over"
+        )
+        return Resume()
+
+    def part(prefix: str) -> dict[str, torch.Tensor]:
+        return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+    model.load_state_dict(part("model."))
+    for name, module in extra_modules.items():
+        module.load_state_dict(part(f"{name}."))
+    _load_optimizer(optim, tensors, meta["optimizer"])
+    torch.set_rng_state(tensors["rng.torch"])
+    for name, gen in (torch_generators or {}).items():
+        gen.set_state(tensors[f"rng.{name}"])
+    if scheduler is not None:
+        scheduler.load_state_dict(meta["scheduler"])
+    version, internal, gauss = meta["rng"]["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = meta["rng"]["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    for name, g in generators.items():
+        g.bit_generator.state = meta["rng"][name]
+    best = part("best.")
+    console.print(f"resuming from epoch {meta['epoch'] + 1} (checkpoint {folder})")
+    return Resume(
+        epoch=int(meta["epoch"]),
+        best_acc=float(meta["best_acc"]),
+        best_epoch=int(meta["best_epoch"]),
+        best_state=best or None,
+        history=list(meta["history"]),
+    )

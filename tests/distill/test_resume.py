@@ -1,0 +1,127 @@
+"""kill -9 mid-epoch, rerun the same command: it resumes from the last finished epoch
+and ends with the same weights, byte for byte, as a run that was never interrupted."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import make_rows, write_tsv
+
+
+def distill_argv(teacher: Path, data: Path, out: Path, epochs: int = 6) -> list[str]:
+    return [
+        sys.executable, "-m", "edgekd", "distill", "--teacher", str(teacher),
+        "--data", str(data), "--out", str(out), "--epochs", str(epochs), "--patience", "99",
+        "-s", "embedding_dim=16", "-s", "hidden_size=8", "-s", "mlp_size=16",
+    ]  # fmt: skip
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def bigger_data(tmp_path_factory) -> Path:
+    # 4,000 rows: epochs long enough (~0.3 s) to be killed inside one.
+    folder = tmp_path_factory.mktemp("data")
+    write_tsv(folder / "train.tsv", make_rows(4000, seed=1))
+    write_tsv(folder / "dev.tsv", make_rows(200, seed=2))
+    return folder
+
+
+def test_distill_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, tiny_teacher, bigger_data):
+    env = {**os.environ, "EDGEKD_CACHE": str(tmp_path / "cache")}
+    whole = tmp_path / "whole"
+    subprocess.run(distill_argv(tiny_teacher, bigger_data, whole), env=env, check=True,
+                   capture_output=True)  # fmt: skip
+
+    out = tmp_path / "s"
+    proc = subprocess.Popen(
+        distill_argv(tiny_teacher, bigger_data, out), env=env, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:  # epoch 2 done: the kill lands in epoch 3, mid-way
+        if line.startswith("epoch 2:"):
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    assert not out.exists()  # nothing half-written at --out
+    assert (tmp_path / ".s.resume" / "state.json").is_file()
+
+    again = subprocess.run(
+        distill_argv(tiny_teacher, bigger_data, out), env=env, capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr
+    resumed = [x for x in again.stderr.splitlines() if x.startswith("resuming from epoch")]
+    assert resumed and resumed[0].split()[3] in ("2", "3"), again.stderr
+    assert "epoch 1:" not in again.stderr  # finished epochs are not trained again
+    assert sha256(out / "model.safetensors") == sha256(whole / "model.safetensors")
+    assert not (tmp_path / ".s.resume").exists()  # done: the checkpoint is gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "s", "whole"]
+
+
+def test_a_changed_config_does_not_resume_and_names_the_field(
+    tmp_path, tiny_teacher, tiny_data, monkeypatch
+):
+    from edgekd.config import DataConfig, DistillConfig
+    from edgekd.distill import checkpoint as ckpt
+    from edgekd.distill import trainer
+    from edgekd.distill.trainer import run_distill
+
+    options = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
+    cfg = DistillConfig(
+        teacher=str(tiny_teacher), data=DataConfig(spec=str(tiny_data)), epochs=2,
+        student_options=options,
+    )  # fmt: skip
+    # Keep the checkpoint of a first run (a finished run removes what edgekd owns).
+    monkeypatch.setattr(trainer, "owned_files", lambda folder: None)
+    run_distill(cfg, tmp_path / "s")
+    assert (tmp_path / ".s.resume" / "state.json").is_file()
+    printed: list[str] = []
+    monkeypatch.setattr(
+        ckpt.console, "print", lambda *a, **k: printed.append(" ".join(map(str, a)))
+    )
+    run_distill(cfg.model_copy(update={"lr": 0.01}), tmp_path / "s")
+    assert any("not resuming" in p and "config.lr (None → 0.01) changed" in p for p in printed)
+    printed.clear()
+    # The same config as the last run's: it resumes (both its epochs done: none to train).
+    run_distill(cfg.model_copy(update={"lr": 0.01}), tmp_path / "s")
+    assert any(p.startswith("resuming from epoch 3") for p in printed), printed
+
+
+def test_teacher_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, bigger_data):
+    from conftest import build_tiny_bert
+
+    base = build_tiny_bert(tmp_path / "base", classifier=False)
+
+    def argv(out: Path) -> list[str]:
+        return [
+            sys.executable, "-m", "edgekd", "teacher", "--base", str(base),
+            "--data", str(bigger_data), "--out", str(out), "--epochs", "4",
+            "--batch-size", "64", "--max-length", "16", "--max-train", "1500",
+        ]  # fmt: skip
+
+    whole = tmp_path / "whole"
+    subprocess.run(argv(whole), check=True, capture_output=True)
+    out = tmp_path / "t"
+    proc = subprocess.Popen(argv(out), stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("epoch 2/4:"):
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    again = subprocess.run(argv(out), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert "resuming from epoch" in again.stderr and "epoch 1/4" not in again.stderr
+    assert sha256(out / "model.safetensors") == sha256(whole / "model.safetensors")
+    assert not (tmp_path / ".t.resume").exists()
