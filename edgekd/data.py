@@ -121,7 +121,8 @@ def _pick(
     if wanted is not None:
         if wanted not in columns:
             raise EdgeKDError(
-                f"{origin} has no column {wanted!r} (columns: {', '.join(columns)}); fix {flag}"
+                f"{origin} has no column {wanted!r} (columns: {', '.join(map(repr, columns))}); "
+                f"fix {flag}"
             )
         return wanted
     lowered = {c.lower(): c for c in columns}
@@ -129,8 +130,8 @@ def _pick(
         if c in lowered:
             return lowered[c]
     raise EdgeKDError(
-        f"{origin}: cannot tell which column holds the {what} (columns: {', '.join(columns)}); "
-        f"pass {flag}"
+        f"{origin}: cannot tell which column holds the {what} "
+        f"(columns: {', '.join(map(repr, columns))}); pass {flag}"
     )
 
 

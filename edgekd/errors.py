@@ -23,5 +23,6 @@ class EdgeKDError(Exception):
     """
 
     def __init__(self, message: str, exit_code: int = BAD_INPUT) -> None:
-        super().__init__(message)
+        # One line whatever it quotes: a column name or a path may hold a line break.
+        super().__init__(message.replace("\r", "\\r").replace("\n", "\\n"))
         self.exit_code = exit_code

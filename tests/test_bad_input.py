@@ -86,6 +86,8 @@ def world(tmp_path_factory, tiny_teacher, tiny_data) -> Path:
     }.items():
         (bad / f"recipe-{name}.yaml").write_text(json.dumps({**recipe, **extra}))
     (bad / "spec-bad.yaml").write_text("name: x\nrunner: teleport\n")
+    shutil.copytree(w / "export", bad / "run-bad-manifest" / "export")
+    (bad / "run-bad-manifest" / "manifest.json").write_text('{"stages": [')
     return w
 
 
@@ -121,7 +123,7 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "distill/student": (["distill", "--teacher", T, "--out", OUT, "--student", "cnn"], 2, "bilstm"),
     "distill/loss": (["distill", "--teacher", T, "--out", OUT, "--loss", "l7"], 2, "mse"),
     "distill/augment": (["distill", "--teacher", T, "--out", OUT, "--augment", "shuffle"], 2, "tang"),
-    "distill/loss-option": (["distill", "--teacher", T, "--out", OUT, "--loss", "kd", "-l", "tau=3"], 2, "loss_options"),
+    "distill/loss-option": (["distill", "--teacher", T, "--out", OUT, "--loss", "kd", "-l", "tau=3"], 2, "has no option 'tau'"),
     "distill/layer-option": (["distill", "--teacher", T, "--out", OUT, "--student", "bert", "--intermediate", "pkd", "-i", "wieght=3"], 2, "valid: layer_map, weight"),
     "distill/epochs-0": (["distill", "--teacher", T, "--out", OUT, "--epochs", "0"], 2, "epochs"),
     "distill/runtime": (["distill", "--teacher", T, "--out", OUT, "--teacher-runtime", "tpu"], 2, "torch"),
@@ -208,6 +210,8 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "devices/show": (["devices", "--show", "toaster"], 2, "valid names"),
     "report/missing": (["report", "{w}/nope"], 2, "not a folder"),
     "report/out-foreign": (["report", "{w}", "--out", X], 3, "--overwrite"),
+    "report/bad-manifest": (["report", X + "/run-bad-manifest", "--out", OUT], 2, "manifest.json is not valid JSON"),
+    "distill/loss-option-valid": (["distill", "--teacher", T, "--out", OUT, "--loss", "annealing", "-l", "tau=3"], 2, "valid: tau_max, epochs_per_step"),
 }  # fmt: skip
 
 
@@ -265,3 +269,18 @@ def test_an_internal_error_is_exit_4_with_a_pointer_to_debug(monkeypatch, tmp_pa
     )
     r = runner.invoke(app, ["--debug", "devices"])
     assert isinstance(r.exception, ZeroDivisionError)  # the traceback is the user's to see
+
+
+def test_an_unwritable_output_is_refused_before_any_work(tmp_path, monkeypatch, tiny_teacher):
+    # As root this machine writes anywhere, so the permission check is made to say no.
+    import os
+
+    import edgekd.distill.trainer as trainer
+
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, m: False if "ro" in str(p) else real(p, m))
+    monkeypatch.setattr(trainer, "load_task", lambda *a: pytest.fail("work started"))
+    (tmp_path / "ro").mkdir()
+    out = tmp_path / "ro" / "s"
+    r = runner.invoke(app, ["distill", "--teacher", str(tiny_teacher), "--out", str(out)])
+    assert r.exit_code == 3 and "permission denied" in r.stderr and not out.exists()

@@ -403,6 +403,9 @@ def cli_params():
     from typer.main import get_command
 
     group = get_command(app)
+    for param in group.params:  # edgekd's own options (--debug)
+        if param.name != "help":
+            yield "edgekd", param
     for name, command in sorted(group.commands.items()):
         for param in command.params:
             if param.name != "help":

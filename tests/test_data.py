@@ -59,7 +59,7 @@ def test_load_task_holds_out_dev_when_single_file(tmp_path: Path):
 
 def test_load_task_names_column_flag_when_column_missing(tmp_path: Path):
     (tmp_path / "train.tsv").write_text("body\tlabel\nhello\t1\n")
-    with pytest.raises(EdgeKDError, match=r"columns: body, label.*pass --text-column"):
+    with pytest.raises(EdgeKDError, match=r"columns: 'body', 'label'.*pass --text-column"):
         load(tmp_path)
     with pytest.raises(EdgeKDError, match=r"no column 'txt'.*fix --text-column"):
         load(tmp_path / "train.tsv", text_column="txt")

@@ -48,12 +48,30 @@ def predict_logits(
     return out
 
 
+def keyword_options(cls: type) -> list[str]:
+    """The keyword options of `cls`: those of the first __init__ up its classes that
+    names them (subclasses that pass *args, **kwargs on are skipped)."""
+    import inspect
+
+    for c in cls.__mro__:
+        params = inspect.signature(c.__init__).parameters  # type: ignore[misc]
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            return [n for n, p in params.items() if n != "self" and p.kind != p.VAR_POSITIONAL]
+    return []
+
+
 def build_loss(cfg: DistillConfig) -> Any:
     """The configured loss, checked against the epochs and schedules it is given."""
-    try:
-        loss = LOSSES.get(cfg.loss)(
-            ce_weight=cfg.ce_weight, temperature=cfg.temperature, **cfg.loss_options
+    cls = LOSSES.get(cfg.loss)
+    valid = [n for n in keyword_options(cls) if n not in ("ce_weight", "temperature")]
+    unknown = sorted(set(cfg.loss_options) - set(valid))
+    if unknown:
+        raise EdgeKDError(
+            f"loss {cfg.loss!r} has no option {unknown[0]!r}; valid: "
+            f"{', '.join(valid) or 'none'} (--loss-option / loss_options)"
         )
+    try:
+        loss = cls(ce_weight=cfg.ce_weight, temperature=cfg.temperature, **cfg.loss_options)
     except (TypeError, ValueError) as e:
         raise EdgeKDError(f"loss {cfg.loss!r}: {e}; fix loss_options") from None
     for name in cfg.schedules:
@@ -283,8 +301,6 @@ def train_student(
 
 def preflight(cfg: DistillConfig) -> None:
     """Every check that needs no data or teacher, so a bad config fails at once."""
-    import inspect
-
     from edgekd.config import check_options
 
     student_cls = STUDENTS.get(cfg.student)  # an unknown name raises, listing the valid ones
@@ -292,13 +308,10 @@ def preflight(cfg: DistillConfig) -> None:
         f"student {cfg.student!r}", student_cls.Config, cfg.student_options, "--student-option"
     )
     if cfg.intermediate is not None:
+        # The four shape arguments come from the models, the rest from the user.
+        shapes = ("student_layers", "teacher_layers", "student_width", "teacher_width")
         layer_cls = LAYER_LOSSES.get(cfg.intermediate)
-        # The keyword arguments of the first __init__ up its classes that names them
-        # (subclasses pass *args, **kwargs on); the four shape arguments come from models.
-        inits = (inspect.signature(c.__init__).parameters for c in layer_cls.__mro__)
-        init = next(p for p in inits if not any(x.kind == x.VAR_KEYWORD for x in p.values()))
-        shapes = ("self", "student_layers", "teacher_layers", "student_width", "teacher_width")
-        valid = [n for n in init if n not in shapes]
+        valid = [n for n in keyword_options(layer_cls) if n not in shapes]
         unknown = sorted(set(cfg.intermediate_options) - set(valid))
         if unknown:
             raise EdgeKDError(
