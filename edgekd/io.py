@@ -33,15 +33,15 @@ def owned_files(folder: Path) -> set[str] | None:
     return {str(f) for f in files} if isinstance(files, list) else None
 
 
-def files_under(folder: Path, prefix: str = "") -> set[str]:
-    """Every file, symlink and empty folder under `folder`, as POSIX paths relative to it
-    (after `prefix/`), its own marker excluded."""
+def files_under(folder: Path) -> set[str]:
+    """Every file, symlink and empty folder under `folder`, as POSIX paths relative to it,
+    its own marker excluded."""
     out = set()
     for p in folder.rglob("*"):
         if p.is_symlink() or p.is_file() or (p.is_dir() and not any(p.iterdir())):
             out.add(p.relative_to(folder).as_posix())
     out.discard(MARKER)
-    return {f"{prefix}/{f}" for f in out} if prefix else out
+    return out
 
 
 def foreign_files(folder: Path) -> list[str]:
