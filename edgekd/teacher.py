@@ -238,7 +238,7 @@ def finetune(
 
     match = ckpt.fingerprint(cfg.model_dump(mode="json"), texts, labels)
     resume = ckpt.Resume()
-    if checkpoint is not None and accelerator.is_main_process:
+    if checkpoint is not None:  # every process resumes; only the main one saves
         resume = ckpt.load(
             checkpoint, match, accelerator.unwrap_model(model), optim, {}, {}, sched,
             {"order": gen},

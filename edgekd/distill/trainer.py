@@ -20,11 +20,11 @@ import torch
 
 from edgekd.config import DistillConfig, save_config
 from edgekd.data import Split, bucketed_batches, length_sorted_batches, load_task
-from edgekd.distill.checkpoint import checkpoint_dir
+from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
 from edgekd.distill.labeling import augmented_texts, teacher_labels
 from edgekd.distill.losses import NO_LABEL
 from edgekd.errors import EdgeKDError
-from edgekd.io import atomic_dir, owned_files, write_json
+from edgekd.io import atomic_dir, write_json
 from edgekd.progress import console, progress_bar
 from edgekd.registry import AUGMENTERS, LAYER_LOSSES, LOSSES, STUDENTS
 from edgekd.students.base import Student, save_student
@@ -425,7 +425,6 @@ def run_takd(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -
     `teacher_accuracy` is the original teacher's and `agreement` is with the assistant.
     """
     import os
-    import shutil
 
     from edgekd.config import validate
 
@@ -512,7 +511,9 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False
     seconds["prepare_student"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    checkpoint = checkpoint_dir(out_dir) if state.is_main_process else None
+    # Every process resumes from the checkpoint (they must agree on the epoch and the
+    # weights); only the main one writes it.
+    checkpoint = checkpoint_dir(out_dir)
     fit = train_student(
         cfg, student, tok, transfer, task.dev, train_logits, dev_logits, extras, checkpoint
     )
@@ -554,6 +555,5 @@ def run_distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False
             cfg.model_copy(update={"lr": cfg.lr or student.default_lr}), tmp / "config.yaml"
         )
         write_json(tmp / "metrics.json", metrics)
-    if checkpoint is not None and owned_files(checkpoint) is not None:
-        shutil.rmtree(checkpoint, ignore_errors=True)  # the run is done: nothing to resume
+    discard_checkpoint(out_dir)  # the run is done: nothing to resume
     return metrics

@@ -82,7 +82,7 @@ def test_a_changed_config_does_not_resume_and_names_the_field(
         student_options=options,
     )  # fmt: skip
     # Keep the checkpoint of a first run (a finished run removes what edgekd owns).
-    monkeypatch.setattr(trainer, "owned_files", lambda folder: None)
+    monkeypatch.setattr(trainer, "discard_checkpoint", lambda out: None)
     run_distill(cfg, tmp_path / "s")
     assert (tmp_path / ".s.resume" / "state.json").is_file()
     printed: list[str] = []
