@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
-from edgekd.config import StrictModel, load_yaml, validate
+from edgekd.config import PLAIN_NAME, StrictModel, load_yaml, validate
 from edgekd.errors import EdgeKDError
 from edgekd.registry import DEVICES
 
@@ -26,7 +26,7 @@ STAGED_SUFFIX = {"model": ".onnx", "vs": ".onnx", "texts": ".txt", "tokenizer": 
 
 class DeviceSpec(StrictModel):
     # The name lands in file names (profile-NAME-model.json): a plain word, no '/'.
-    name: str = Field(..., pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    name: str = Field(..., pattern=PLAIN_NAME)
     description: str = ""
     runner: str = Field("local", description="Registered runner that carries the agent.")
     threads: int = Field(1, ge=1, description="Intra-op threads unless --threads overrides.")

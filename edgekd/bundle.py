@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekd.errors import EdgeKDError
+from edgekd.errors import OUTPUT_REFUSED, EdgeKDError
 from edgekd.io import (
     MARKER,
     atomic_dir,
@@ -50,7 +50,9 @@ def make_bundle(
     check_output(out_dir, overwrite)
     archive = out_dir.with_suffix(".zip")
     if archive.exists() and (owned_files(out_dir) is None or not archive.is_file()):
-        raise EdgeKDError(f"{archive} exists and edgekd did not write it; pass a new --out path", 3)
+        raise EdgeKDError(
+            f"{archive} exists and edgekd did not write it; pass a new --out path", OUTPUT_REFUSED
+        )
     export_dir = Path(export_dir)
     report_path = export_dir / "export.json"
     if not report_path.is_file():
@@ -71,7 +73,6 @@ def make_bundle(
         for p in sorted(export_dir.glob("profile*.json"), key=lambda p: p.stat().st_mtime)
         if Path(str(read_json(p).get("model", ""))).name == source.name
     ]
-    out_dir = Path(out_dir)
     with atomic_dir(out_dir, overwrite) as tmp:
         shutil.copy(source, tmp / MODEL)
         for name in ("tokenizer.json", STUDENT_FILE):

@@ -14,8 +14,12 @@ from typing import Any, Literal, TypeVar
 
 import typer
 from pydantic import BaseModel
-from typer._click.exceptions import ClickException  # typer carries its own click
 from typer.core import TyperGroup
+
+try:  # recent typer carries its own copy of click; older releases use click itself
+    from typer._click.exceptions import ClickException
+except ImportError:  # pragma: no cover
+    from click.exceptions import ClickException
 
 from edgekd.config import (
     AugmentConfig,

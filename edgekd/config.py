@@ -27,6 +27,10 @@ from edgekd.errors import EdgeKDError
 
 DEFAULT_BASE = "packaged:all-MiniLM-L6-v2"
 
+# A name that becomes a file or folder name (recipe variants, device specs): no '/', no
+# leading '.', so it can never point outside the folder it is joined to.
+PLAIN_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+
 # Choices named once: the config fields below and the CLI options both use them.
 Ensemble = Literal["logits", "probs"]
 TeacherRuntime = Literal["torch", "onnx-int8"]

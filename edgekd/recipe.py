@@ -26,6 +26,7 @@ from pydantic import Field, field_validator
 
 from edgekd.budget import Budget, LimitResult, collect_metrics, evaluate, junit_xml, load_budget
 from edgekd.config import (
+    PLAIN_NAME,
     DataConfig,
     DistillConfig,
     ExportConfig,
@@ -40,7 +41,7 @@ from edgekd.io import atomic_dir, claim_folder, read_json, sha256_file, write_js
 from edgekd.progress import console, track
 
 STAGE_FILE = ".stage.json"
-SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+SAFE_NAME = re.compile(PLAIN_NAME)
 
 
 class TeacherStage(StrictModel):
@@ -67,7 +68,7 @@ class ProfileStage(StrictModel):
 
 
 class Recipe(StrictModel):
-    name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(..., pattern=PLAIN_NAME)
     out: str | None = Field(None, description="Run folder; default runs/<name>.")
     seed: int = 0
     data: DataConfig
@@ -93,7 +94,7 @@ class Recipe(StrictModel):
         # Each name becomes a folder under the run folder: `../x` or `/abs` would write
         # (and replace) outside it.
         for name in value:
-            if not SAFE_NAME.match(name) or name in (".", ".."):
+            if not SAFE_NAME.match(name):
                 raise ValueError(
                     f"variant name {name!r} must be a plain folder name (letters, digits, "
                     "'_', '-', '.'; no '/'); rename it"
