@@ -34,6 +34,7 @@ from edgekd.config import (
     TeacherRuntime,
 )
 from edgekd.errors import EdgeKDError
+from edgekd.render import print_check, print_profile, print_sweep, print_vs
 
 
 class OneLineErrors(TyperGroup):
@@ -816,86 +817,6 @@ def profile(
         write_json(json_out, results[0] if len(results) == 1 else {"sweep": results})
 
 
-def print_profile(r: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(
-        title=f"{Path(r['model']).name} on {r['device']} ({r['cpu']}), "
-        f"{r['threads']} thread(s), batch 1, seq {r['seq_len']}, {r['trials']} trials"
-    )
-    for col in ("", "p50 ms", "p90 ms", "p99 ms", "IQR ms", "spread", "per s"):
-        table.add_column(col, justify="right")
-    rows = [("infer", r)]
-    if "end_to_end" in r:
-        rows.append(("tokenize+infer", r["end_to_end"]))
-    for name, m in rows:
-        table.add_row(
-            name,
-            *(f"{m[k]:.3f}" for k in ("p50_ms", "p90_ms", "p99_ms", "iqr_ms")),
-            f"{100 * m['trial_spread']:.1f}%",
-            f"{m['throughput_per_s']:.0f}",
-        )
-    Console().print(table)
-    typer.echo(
-        f"load {r['load_ms']:.1f} ms, peak RSS {r['peak_rss_mb']:.1f} MB, "
-        f"file {r['bytes']:,} B, onnxruntime {r['onnxruntime']}"
-    )
-
-
-def print_sweep(results: list[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    r0 = results[0]
-    table = Table(title=f"{Path(r0['model']).name} on {r0['device']}, {r0['threads']} thread(s)")
-    for col in ("seq len", "p50 ms", "p90 ms", "IQR ms", "spread", "e2e p50 ms"):
-        table.add_column(col, justify="right")
-    for r in results:
-        e2e = r.get("end_to_end", {}).get("p50_ms")
-        table.add_row(
-            str(r["seq_len"]),
-            *(f"{r[k]:.3f}" for k in ("p50_ms", "p90_ms", "iqr_ms")),
-            f"{100 * r['trial_spread']:.1f}%",
-            "—" if e2e is None else f"{e2e:.3f}",
-        )
-    Console().print(table)
-
-
-def print_vs(r: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    b = r["vs"]["b"]
-    table = Table(
-        title=f"alternating trials on {r['device']}, {r['threads']} thread(s), "
-        f"seq {r['seq_len']}, {r['trials']} trials each × {r['vs'].get('processes', 1)} "
-        "process(es)"
-    )
-    for col in ("model", "bytes", "p50 ms", "p90 ms", "IQR ms", "load ms"):
-        table.add_column(col, justify="right")
-    for m in (r, b):
-        table.add_row(
-            Path(m["model"]).name,
-            f"{m['bytes']:,}",
-            *(f"{m[k]:.3f}" for k in ("p50_ms", "p90_ms", "iqr_ms", "load_ms")),
-        )
-    Console().print(table)
-    ratio = r["vs"]["ratio_b_over_a"]
-    lo, hi = r["vs"]["ratio_ci95"]
-    a_name, b_name = Path(r["model"]).name, Path(b["model"]).name
-    typer.echo(
-        f"{b_name} / {a_name} latency: {ratio:.2f}× (95% CI {lo:.2f}–{hi:.2f}); "
-        + (
-            f"{a_name} is faster"
-            if lo > 1
-            else f"{b_name} is faster"
-            if hi < 1
-            else "no clear difference"
-        )
-    )
-
-
 @app.command()
 @user_errors
 def check(
@@ -973,24 +894,6 @@ def check(
 
             write_json(json_out, payload)
     raise typer.Exit(1 if failed else 0)
-
-
-def print_check(results: list[Any], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=title)
-    for col in ("limit", "threshold", "measured", "status"):
-        table.add_column(col)
-    for r in results:
-        style = "green" if r.passed else "bold red"
-        table.add_row(
-            r.limit,
-            r.threshold_text(),
-            r.measured_text(),
-            f"[{style}]{r.status}[/]",
-        )
-    Console().print(table)
 
 
 @app.command("run")

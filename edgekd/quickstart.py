@@ -39,12 +39,12 @@ def run_quickstart(
     """Run every stage into `out`; print the summary table; return the check's exit code."""
     from rich.table import Table
 
-    from edgekd.cli import print_check, print_profile
     from edgekd.devices.profile import profile_model
     from edgekd.distill.trainer import run_distill
     from edgekd.exporters.run import FP32, INT8, run_export
     from edgekd.exporters.teacher import export_teacher
     from edgekd.predict import OnnxPredictor, score
+    from edgekd.render import print_check, print_profile
     from edgekd.teacher import align_labels, train_teacher
 
     start = time.perf_counter()

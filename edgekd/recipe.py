@@ -495,7 +495,7 @@ def check(
     budget: Budget, dirs: list[Path], specs: dict[str, Any], threads: int | None, folder: Path
 ) -> None:
     """One check per device; JSON + JUnit per device, like `edgekd check` writes."""
-    from edgekd.cli import print_check
+    from edgekd.render import print_check
 
     with atomic_dir(folder) as tmp:
         for spec in specs.values():

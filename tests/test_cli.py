@@ -542,3 +542,16 @@ def test_export_config_int8_is_a_switch_with_a_migration_message():
         validate(ExportConfig, {"int8": 1}, "recipe export")  # strict: 1 is not a switch
     dumped = ExportConfig(int8=False).model_dump()  # every field set, defaults unchanged
     assert validate(ExportConfig, dumped, "config.yaml").int8 is False
+
+
+def test_nothing_but_the_entry_point_imports_the_cli():
+    # The CLI parses and renders; stages, recipes, quickstart and benchmarks sit below it.
+    root = Path(__file__).resolve().parents[1]
+    sources = [
+        p
+        for folder in ("edgekd", "exporters", "devices", "benchmarks")
+        for p in (root / folder).rglob("*.py")
+        if p.name not in ("cli.py", "__main__.py")
+    ]
+    offenders = [str(p) for p in sources if "edgekd.cli" in p.read_text(encoding="utf-8")]
+    assert len(sources) > 30 and offenders == []
