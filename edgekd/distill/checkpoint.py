@@ -43,9 +43,13 @@ def discard_checkpoint(out_dir: str | Path) -> None:
 
 
 def fingerprint(config: dict[str, Any], texts: list[Any], labels: list[int]) -> dict[str, Any]:
-    """What a checkpoint must match to be resumed: the config and the training rows."""
-    digest = hashlib.sha256(json.dumps([texts, labels], ensure_ascii=False).encode()).hexdigest()
-    return {"config": config, "data_sha256": digest}
+    """What a checkpoint must match to be resumed: the config and the training rows
+    (hashed row by row: a million augmented rows never become one string)."""
+    h = hashlib.sha256()
+    for text, label in zip(texts, labels, strict=True):
+        h.update(json.dumps([text, label], ensure_ascii=False).encode())
+        h.update(b"\n")
+    return {"config": config, "data_sha256": h.hexdigest()}
 
 
 def first_difference(old: Any, new: Any, path: str = "") -> str | None:
