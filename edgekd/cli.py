@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -32,6 +34,10 @@ from edgekd.config import (
     Preset,
     TeacherConfig,
     TeacherRuntime,
+    load_yaml,
+    override,
+    parse_yaml,
+    validate,
 )
 from edgekd.errors import EdgeKDError
 from edgekd.render import print_check, print_profile, print_sweep, print_vs
@@ -42,7 +48,6 @@ class OneLineErrors(TyperGroup):
     exit 2, like every other bad input; typer would draw a multi-line box."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
-        import sys
 
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
@@ -92,7 +97,6 @@ def user_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        import os
 
         try:
             return fn(*args, **kwargs)
@@ -116,7 +120,6 @@ def user_errors(fn: F) -> F:
 
 def parse_options(pairs: list[str] | None, flag: str = "--student-option") -> dict[str, Any]:
     """`key=value` pairs; values are read as YAML scalars (`300`, `true`, `word`)."""
-    from edgekd.config import parse_yaml
 
     out: dict[str, Any] = {}
     for pair in pairs or []:
@@ -224,13 +227,7 @@ def teacher(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Fine-tune a BERT-style encoder into a teacher classifier."""
-    from edgekd.config import load_yaml, override, save_config, validate
-    from edgekd.data import load_task
-    from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
-    from edgekd.io import atomic_dir, check_output, write_json
-    from edgekd.teacher import finetune
-
-    check_output(out, overwrite)
+    from edgekd.teacher import train_teacher
 
     cfg = validate(TeacherConfig, load_yaml(config), str(config)) if config else TeacherConfig()
     own = given(
@@ -244,19 +241,13 @@ def teacher(
         train_split=train_split, dev_split=dev_split, encoding=encoding,
     )  # fmt: skip
     cfg = with_data(cfg, fields, own.get("seed"))
-    task = load_task(cfg.data)
-    with atomic_dir(out, overwrite) as tmp:
-        metrics = finetune(cfg, task, tmp, checkpoint_dir(out))
-        save_config(cfg, tmp / "config.yaml")
-        write_json(tmp / "metrics.json", metrics)
-    discard_checkpoint(out)
+    metrics = train_teacher(cfg, out, overwrite)  # checks --out before loading any data
     typer.echo(f"teacher: dev accuracy {metrics['dev_accuracy']:.4f} → {out}")
 
 
 def with_data(cfg: Any, fields: dict[str, Any], seed: int | None) -> Any:
     """`cfg` with its `data` section overridden by the data options given; a given
     --seed also seeds the subsample."""
-    from edgekd.config import override
 
     return override(cfg, data=override(cfg.data, seed=seed, **fields))
 
@@ -372,7 +363,6 @@ def distill(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Distil a teacher into a small student (BiLSTM or small BERT)."""
-    from edgekd.config import load_yaml, override, validate
 
     raw = load_yaml(config) if config else {}
     if teacher:
@@ -447,7 +437,6 @@ def eval_(
     ),
 ) -> None:
     """Score a teacher, a student or an ONNX model on the dev split."""
-    from edgekd.config import DataConfig
     from edgekd.data import load_task
     from edgekd.io import write_json
     from edgekd.predict import load_predictor, score
@@ -548,7 +537,6 @@ def export(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Export a student to ONNX (validated against PyTorch), optionally int8 (--int8)."""
-    from edgekd.config import override, validate
     from edgekd.exporters.run import run_export, student_data_config
 
     quant = given(
@@ -783,7 +771,6 @@ def profile(
         raise EdgeKDError(f"--seq-len {seq_len!r}: lengths are at least 1 token")
     texts = None
     if data:
-        from edgekd.config import DataConfig
         from edgekd.data import load_task
 
         texts = load_task(
@@ -848,7 +835,6 @@ def check(
     ),
 ) -> None:
     """Check measured metrics against a budget: exit 0 if all hold, 1 if any fails."""
-    import os
 
     from edgekd.budget import (
         bench_entries,

@@ -33,7 +33,6 @@ from edgekd.config import (
     StrictModel,
     TeacherConfig,
     load_yaml,
-    save_config,
     validate,
 )
 from edgekd.errors import EdgeKDError
@@ -402,13 +401,9 @@ def run_recipe(
 
 
 def finetune_teacher(cfg: TeacherConfig, folder: Path) -> None:
-    from edgekd.data import load_task
-    from edgekd.teacher import finetune
+    from edgekd.teacher import train_teacher
 
-    with atomic_dir(folder) as tmp:
-        metrics = finetune(cfg, load_task(cfg.data), tmp)
-        save_config(cfg, tmp / "config.yaml")
-        write_json(tmp / "metrics.json", metrics)
+    train_teacher(cfg, folder)
 
 
 def distill(cfg: DistillConfig, folder: Path) -> None:

@@ -137,7 +137,7 @@ def teacher_logits(
 
 
 def train_teacher(
-    cfg: TeacherConfig, out_dir: str | Path, overwrite: bool = False, task: TaskData | None = None
+    cfg: TeacherConfig, out_dir: str | Path, overwrite: bool = False
 ) -> dict[str, Any]:
     """The teacher stage: fine-tune into `out_dir` (written whole, or not at all) with its
     resolved config.yaml and metrics.json; a killed run resumes from its last epoch."""
@@ -146,8 +146,8 @@ def train_teacher(
     from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
     from edgekd.io import atomic_dir, check_output, write_json
 
-    check_output(out_dir, overwrite)
-    task = task or load_task(cfg.data)
+    check_output(out_dir, overwrite)  # before any data is read
+    task = load_task(cfg.data)
     with atomic_dir(out_dir, overwrite) as tmp:
         metrics = finetune(cfg, task, tmp, checkpoint_dir(out_dir))
         save_config(cfg, tmp / "config.yaml")
@@ -295,7 +295,7 @@ def finetune(
                     if checkpoint is not None and accelerator.is_main_process:
                         done = math.ceil(step / steps_per_epoch)
                         ckpt.save(
-                            checkpoint, match, done, accelerator.unwrap_model(model), optim,
+                            checkpoint, match, accelerator.unwrap_model(model), optim,
                             ckpt.Resume(done, best, best_step, best_state, history), {}, {},
                             sched, {"order": gen},
                         )  # fmt: skip

@@ -103,25 +103,25 @@ def _load_optimizer(
 def save(
     folder: Path,
     match: dict[str, Any],
-    epoch: int,
     model: torch.nn.Module,
     optim: torch.optim.Optimizer,
-    resume: Resume,
+    done: Resume,
     extra_modules: dict[str, torch.nn.Module],
     generators: dict[str, np.random.Generator],
     scheduler: Any = None,
     torch_generators: dict[str, torch.Generator] | None = None,
 ) -> None:
-    """Write the state after `epoch` (atomically: a kill mid-write keeps the last one)."""
+    """Write the state after epoch `done.epoch` (atomically: a kill mid-write keeps the
+    last one)."""
     from safetensors.torch import save_file
 
-    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    for name, module in extra_modules.items():
-        tensors |= {
-            f"{name}.{k}": v.detach().cpu().contiguous() for k, v in module.state_dict().items()
-        }
-    for k, v in (resume.best_state or {}).items():
-        tensors[f"best.{k}"] = v.detach().cpu().contiguous()
+    parts = {"model": model.state_dict(), "best": done.best_state or {}}
+    parts |= {name: module.state_dict() for name, module in extra_modules.items()}
+    tensors = {
+        f"{prefix}.{k}": v.detach().cpu().contiguous()
+        for prefix, state in parts.items()
+        for k, v in state.items()
+    }
     optim_tensors, optim_meta = _optimizer_state(optim)
     tensors |= optim_tensors
     tensors["rng.torch"] = torch.get_rng_state()
@@ -130,10 +130,10 @@ def save(
     py_state = random.getstate()
     meta = {
         **match,
-        "epoch": epoch,
-        "best_acc": resume.best_acc,
-        "best_epoch": resume.best_epoch,
-        "history": resume.history,
+        "epoch": done.epoch,
+        "best_acc": done.best_acc,
+        "best_epoch": done.best_epoch,
+        "history": done.history,
         "optimizer": optim_meta,
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "rng": {

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgekd.config import DistillConfig, save_config
+from edgekd.config import DistillConfig, check_options, refuse_unknown, save_config
 from edgekd.data import Split, bucketed_batches, length_sorted_batches, load_task
 from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
 from edgekd.distill.labeling import augmented_texts, teacher_labels
@@ -64,12 +64,7 @@ def build_loss(cfg: DistillConfig) -> Any:
     """The configured loss, checked against the epochs and schedules it is given."""
     cls = LOSSES.get(cfg.loss)
     valid = [n for n in keyword_options(cls) if n not in ("ce_weight", "temperature")]
-    unknown = sorted(set(cfg.loss_options) - set(valid))
-    if unknown:
-        raise EdgeKDError(
-            f"loss {cfg.loss!r} has no option {unknown[0]!r}; valid: "
-            f"{', '.join(valid) or 'none'} (--loss-option / loss_options)"
-        )
+    refuse_unknown(f"loss {cfg.loss!r}", valid, cfg.loss_options, "--loss-option / loss_options")
     try:
         loss = cls(ce_weight=cfg.ce_weight, temperature=cfg.temperature, **cfg.loss_options)
     except (TypeError, ValueError) as e:
@@ -280,8 +275,8 @@ def train_student(
             if checkpoint is not None and accelerator.is_main_process:
                 done = ckpt.Resume(epoch, best_acc, best_epoch, best_state, history)
                 ckpt.save(
-                    checkpoint, match, epoch, accelerator.unwrap_model(model), optim, done,
-                    modules, generators,
+                    checkpoint, match, accelerator.unwrap_model(model), optim, done, modules,
+                    generators,
                 )  # fmt: skip
             if stop:
                 console.print(
@@ -301,8 +296,6 @@ def train_student(
 
 def preflight(cfg: DistillConfig) -> None:
     """Every check that needs no data or teacher, so a bad config fails at once."""
-    from edgekd.config import check_options
-
     student_cls = STUDENTS.get(cfg.student)  # an unknown name raises, listing the valid ones
     check_options(
         f"student {cfg.student!r}", student_cls.Config, cfg.student_options, "--student-option"
@@ -312,12 +305,10 @@ def preflight(cfg: DistillConfig) -> None:
         shapes = ("student_layers", "teacher_layers", "student_width", "teacher_width")
         layer_cls = LAYER_LOSSES.get(cfg.intermediate)
         valid = [n for n in keyword_options(layer_cls) if n not in shapes]
-        unknown = sorted(set(cfg.intermediate_options) - set(valid))
-        if unknown:
-            raise EdgeKDError(
-                f"intermediate {cfg.intermediate!r} has no option {unknown[0]!r}; valid: "
-                f"{', '.join(valid)} (--intermediate-option)"
-            )
+        refuse_unknown(
+            f"intermediate {cfg.intermediate!r}", valid, cfg.intermediate_options,
+            "--intermediate-option",
+        )  # fmt: skip
     for method in cfg.augment.methods:
         AUGMENTERS.get(method)  # an unknown name fails here, before any work
     build_loss(cfg)  # so do bad loss options
