@@ -105,12 +105,11 @@ def main() -> None:
     args = p.parse_args()
 
     from edgekd.config import DataConfig, DistillConfig, ExportConfig
-    from edgekd.data import load_task
+    from edgekd.data import align_labels, load_task
     from edgekd.distill.trainer import run_distill
     from edgekd.exporters.run import FP32, INT8, run_export
     from edgekd.exporters.teacher import export_teacher
-    from edgekd.predict import OnnxPredictor, score
-    from edgekd.teacher import align_labels
+    from edgekd.students.predict import OnnxPredictor, score
 
     teacher = args.shared / "models" / "sst2-minilm-teacher"
     data = DataConfig(

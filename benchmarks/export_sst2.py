@@ -44,7 +44,7 @@ def timings(paths: dict[str, Path], texts: list[Any], threads: int, rounds: int,
 
 def median_feed(model: Path, texts: list[Any]) -> dict[str, Any]:
     """The model's own inputs for the dev text of median length in its tokens."""
-    from edgekd.predict import OnnxPredictor
+    from edgekd.students.predict import OnnxPredictor
 
     pred = OnnxPredictor(model)
     ids = pred.tokenizer.ids(texts)
@@ -110,10 +110,9 @@ def main() -> None:
     args = p.parse_args()
 
     from edgekd.config import DataConfig
-    from edgekd.data import load_task
-    from edgekd.predict import OnnxPredictor, score
+    from edgekd.data import align_labels, load_task
+    from edgekd.students.predict import OnnxPredictor, score
     from edgekd.students.trim import trim_student
-    from edgekd.teacher import align_labels
 
     start = time.perf_counter()
     data = DataConfig(spec=str(args.shared / "data" / "sst2"))

@@ -107,7 +107,7 @@ class Bundle:
     """A verified bundle folder or .zip, ready to predict."""
 
     def __init__(self, path: str | Path, threads: int = 0) -> None:
-        from edgekd.predict import OnnxPredictor
+        from edgekd.students.predict import OnnxPredictor
 
         path = Path(path)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None

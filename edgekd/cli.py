@@ -227,7 +227,7 @@ def teacher(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Fine-tune a BERT-style encoder into a teacher classifier."""
-    from edgekd.teacher import train_teacher
+    from edgekd.distill.teacher import train_teacher
 
     cfg = validate(TeacherConfig, load_yaml(config), str(config)) if config else TeacherConfig()
     own = given(
@@ -437,10 +437,10 @@ def eval_(
     ),
 ) -> None:
     """Score a teacher, a student or an ONNX model on the dev split."""
-    from edgekd.data import load_task
+    from edgekd.data import align_labels, load_task
+    from edgekd.distill.teacher import load_predictor
     from edgekd.io import write_json
-    from edgekd.predict import load_predictor, score
-    from edgekd.teacher import align_labels
+    from edgekd.students.predict import score
 
     task = load_task(
         DataConfig(
@@ -618,12 +618,11 @@ def trim(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Drop embedding rows the training set does not use (they map to [UNK])."""
-    from edgekd.data import load_task
+    from edgekd.data import align_labels, load_task
     from edgekd.exporters.run import student_data_config
     from edgekd.io import write_json
-    from edgekd.predict import StudentPredictor, score
+    from edgekd.students.predict import StudentPredictor, score
     from edgekd.students.trim import trim_student
-    from edgekd.teacher import align_labels
 
     data = student_data_config(student_dir)
     if data is None:

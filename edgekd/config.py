@@ -6,7 +6,7 @@ each artifact (`save_config`) so any result can be reproduced from it.
 
 from __future__ import annotations
 
-import json
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -22,7 +22,6 @@ from pydantic import (
     model_validator,
 )
 
-from edgekd.distill.schedules import Schedule
 from edgekd.errors import EdgeKDError
 
 DEFAULT_BASE = "packaged:all-MiniLM-L6-v2"
@@ -83,6 +82,28 @@ class TeacherConfig(StrictModel):
     seed: int = Field(0, description="Seed for subsampling, initialisation and batch order.")
 
 
+# Per-epoch schedules for loss attributes (temperature, ce_weight, ...), as data:
+# `schedules: {temperature: {kind: linear, start: 4, end: 1}}` in a distill config
+# sets `loss.temperature` before every epoch.
+class Schedule(StrictModel):
+    kind: Literal["constant", "linear", "cosine", "step"] = "linear"
+    start: float
+    end: float = Field(0.0, description="Value at the last epoch (ignored by constant).")
+    every: int = Field(1, ge=1, description="step: epochs between drops.")
+    factor: float = Field(0.5, gt=0, description="step: multiplier per drop.")
+
+    def value(self, epoch: int, epochs: int) -> float:
+        """Value at `epoch` (1-based) of `epochs`; linear/cosine go start → end."""
+        progress = 0.0 if epochs <= 1 else (epoch - 1) / (epochs - 1)
+        if self.kind == "constant":
+            return self.start
+        if self.kind == "linear":
+            return self.start + (self.end - self.start) * progress
+        if self.kind == "cosine":
+            return self.end + (self.start - self.end) * (1 + math.cos(math.pi * progress)) / 2
+        return self.start * self.factor ** ((epoch - 1) // self.every)
+
+
 class AugmentConfig(StrictModel):
     methods: list[str] = Field(
         default_factory=list,
@@ -107,13 +128,6 @@ class AugmentConfig(StrictModel):
     alpha_tmkd: float = Field(1.0, ge=0, description="mixup: weight of teacher MSE on mixes.")
     seed: int = 0
 
-    def text_key(self) -> str:
-        """What the augmented rows depend on (training-time knobs left out), for caching."""
-        from edgekd.augment import methods_of_stage
-
-        fields = self.model_dump(exclude={"minimax_k", "mixup_alpha", "alpha_sm", "alpha_tmkd"})
-        fields["methods"] = methods_of_stage(self.methods, "text")
-        return json.dumps(fields, sort_keys=True)
 
 
 class DistillConfig(StrictModel):

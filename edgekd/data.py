@@ -16,6 +16,7 @@ import math
 import os
 import random
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -459,3 +460,47 @@ def load_task(cfg: DataConfig) -> TaskData:
         source=cfg.spec,
         notes=notes,
     )
+
+
+def sides_of(texts: Sequence[Any]) -> list[str]:
+    """Every string in `texts`, both sides of each sentence pair."""
+    return [x for t in texts for x in ((t,) if isinstance(t, str) else t)]
+
+
+def align_labels(task: TaskData, teacher_names: list[str]) -> TaskData:
+    """Re-index `task` labels into a model's logit order (`teacher_names`).
+
+    Data labels match teacher labels by name ("positive"), else, when the data's
+    labels are the integers 0..C-1 or the teacher's names are generic
+    (`LABEL_k`), by position.
+    """
+    if len(teacher_names) != task.num_labels:
+        raise EdgeKDError(
+            f"the teacher has {len(teacher_names)} labels ({', '.join(teacher_names)}) but the "
+            f"data has {task.num_labels} ({', '.join(task.label_names)}); use a teacher "
+            "fine-tuned on this task"
+        )
+    lowered = [n.lower() for n in teacher_names]
+    if all(n.lower() in lowered for n in task.label_names):
+        mapping = [lowered.index(n.lower()) for n in task.label_names]
+    elif task.label_names == [str(i) for i in range(task.num_labels)] or all(
+        n.upper().startswith("LABEL_") for n in teacher_names
+    ):  # positional
+        mapping = list(range(task.num_labels))
+    else:
+        raise EdgeKDError(
+            f"cannot match data labels ({', '.join(task.label_names)}) to the teacher's "
+            f"({', '.join(teacher_names)}); rename the labels in the data to the teacher's"
+        )
+    # Generic teacher names (LABEL_0...) carry no meaning: keep the data's names then.
+    generic = all(n.upper().startswith("LABEL_") for n in teacher_names)
+    names = (
+        [task.label_names[mapping.index(i)] for i in range(len(mapping))]
+        if generic
+        else teacher_names
+    )
+
+    def remap(split: Split) -> Split:
+        return Split(split.texts, [mapping[y] for y in split.labels])
+
+    return TaskData(remap(task.train), remap(task.dev), names, task.source, task.notes)

@@ -39,13 +39,14 @@ def run_quickstart(
     """Run every stage into `out`; print the summary table; return the check's exit code."""
     from rich.table import Table
 
+    from edgekd.data import align_labels
     from edgekd.devices.profile import profile_model
+    from edgekd.distill.teacher import train_teacher
     from edgekd.distill.trainer import run_distill
     from edgekd.exporters.run import FP32, INT8, run_export
     from edgekd.exporters.teacher import export_teacher
-    from edgekd.predict import OnnxPredictor, score
     from edgekd.render import print_check, print_profile
-    from edgekd.teacher import align_labels, train_teacher
+    from edgekd.students.predict import OnnxPredictor, score
 
     start = time.perf_counter()
     stage_start = [start]

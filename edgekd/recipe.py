@@ -401,7 +401,7 @@ def run_recipe(
 
 
 def finetune_teacher(cfg: TeacherConfig, folder: Path) -> None:
-    from edgekd.teacher import train_teacher
+    from edgekd.distill.teacher import train_teacher
 
     train_teacher(cfg, folder)
 

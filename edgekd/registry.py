@@ -83,10 +83,10 @@ QUANTIZERS: Registry[Any] = Registry(
 AUGMENTERS: Registry[Any] = Registry(
     "augmenter",
     {
-        "mask": "edgekd.augment:MaskAugmenter",
-        "pos": "edgekd.augment:PosAugmenter",
-        "ngram": "edgekd.augment:NgramAugmenter",
-        "tang": "edgekd.augment:TangAugmenter",
+        "mask": "edgekd.distill.augment:MaskAugmenter",
+        "pos": "edgekd.distill.augment:PosAugmenter",
+        "ngram": "edgekd.distill.augment:NgramAugmenter",
+        "tang": "edgekd.distill.augment:TangAugmenter",
         "minimax": "edgekd.distill.minimax:MinimaxSelector",
         "mixup": "edgekd.distill.mixup:MixKD",
     },

@@ -37,9 +37,9 @@ def run_export(
     overwrite: bool = False,
 ) -> dict[str, Any]:
     """Export, validate, quantize and re-score; write `export.json` and return it."""
+    from edgekd.data import align_labels
     from edgekd.io import check_output
-    from edgekd.predict import OnnxPredictor, StudentPredictor, score
-    from edgekd.teacher import align_labels
+    from edgekd.students.predict import OnnxPredictor, StudentPredictor, score
 
     check_output(out_dir, overwrite)
     student_dir = Path(student_dir)

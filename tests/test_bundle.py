@@ -56,7 +56,7 @@ sys.exit(r.exit_code)
 
 @pytest.mark.parametrize("archive", [False, True], ids=["folder", "zip"])
 def test_predict_runs_without_torch_and_matches_the_export(export_dir, tmp_path, archive):
-    from edgekd.predict import OnnxPredictor
+    from edgekd.students.predict import OnnxPredictor
 
     runner.invoke(app, ["bundle", str(export_dir), "--out", str(tmp_path / "b")])
     target = tmp_path / ("b.zip" if archive else "b")

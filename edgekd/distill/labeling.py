@@ -32,7 +32,7 @@ def augmented_texts(
 ) -> tuple[list[str], list[int]]:
     """The transfer set's extra rows (deduplicated variants of the training texts) and,
     per row, the index of the training text it came from."""
-    from edgekd.augment import build_augmenter, generate_with_sources, methods_of_stage
+    from edgekd.distill.augment import build_augmenter, generate_with_sources, methods_of_stage
 
     if not methods_of_stage(cfg.augment.methods, "text"):
         return [], []
@@ -55,7 +55,7 @@ def cache_dir(cfg: DistillConfig) -> Path:
 
 
 def torch_labeler(cfg: DistillConfig, model: Any, tokenizer: Any) -> Labeler:
-    from edgekd.teacher import teacher_logits
+    from edgekd.distill.teacher import teacher_logits
 
     return lambda texts, what: teacher_logits(
         model, tokenizer, texts, cfg.teacher_batch_size, cfg.teacher_max_length, what
@@ -66,7 +66,7 @@ def int8_onnx_labeler(cfg: DistillConfig, name: str, fingerprint: str) -> Labele
     """The teacher exported to ONNX and dynamically quantized, built once per teacher."""
     from edgekd.exporters.quantize import DynamicInt8Quantizer
     from edgekd.exporters.teacher import export_teacher
-    from edgekd.predict import OnnxPredictor
+    from edgekd.students.predict import OnnxPredictor
 
     folder = cache_dir(cfg).parent / "teachers" / fingerprint[:32]
     if not (folder / "model.int8.onnx").is_file():
@@ -91,7 +91,9 @@ def label_splits(
     runtime: str,
 ) -> tuple[dict[str, np.ndarray], dict[str, bool]]:
     """Logits per named split, each from the cache when its key matches."""
-    augmentation = cfg.augment.text_key()
+    from edgekd.distill.augment import text_key
+
+    augmentation = text_key(cfg.augment)
     out, hits = {}, {}
     for split, texts in splits.items():
         key = cache_key(
@@ -137,7 +139,7 @@ def teacher_labels(
     Returns (logits, cache hits, runtime report). Dev logits always come from the
     fp32 PyTorch teacher: they are the reference the student is judged against.
     """
-    from edgekd.teacher import load_teacher, teacher_label_names
+    from edgekd.distill.teacher import load_teacher, teacher_label_names
 
     per_teacher, hits, report = [], {}, {"runtime": cfg.teacher_runtime}
     for i, name in enumerate([cfg.teacher, *cfg.extra_teachers]):

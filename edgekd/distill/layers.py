@@ -23,24 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-LAYER_MAPS = ("uniform", "top", "bottom", "last")
-
-
-def map_layers(kind: str, student_layers: int, teacher_layers: int) -> list[tuple[int, int]]:
-    """(student layer, teacher layer) pairs, both 1-based."""
-    m_, n_ = student_layers, teacher_layers
-    if kind not in LAYER_MAPS:
-        raise ValueError(f"unknown layer map {kind!r}; valid: {', '.join(LAYER_MAPS)}")
-    if m_ > n_:
-        raise ValueError(f"the student has {m_} layers, the teacher only {n_}; use fewer layers")
-    if kind == "last":
-        return [(m_, n_)]
-    if kind == "top":
-        return [(m, m + n_ - m_) for m in range(1, m_ + 1)]
-    if kind == "bottom":
-        return [(m, m) for m in range(1, m_ + 1)]
-    # Round half up, so 6 → 4 gives 2, 3, 5, 6 and a divisible N gives exact multiples.
-    return [(m, math.floor(m * n_ / m_ + 0.5)) for m in range(1, m_ + 1)]
+from edgekd.students.base import map_layers
 
 
 @dataclass

@@ -38,15 +38,6 @@ from edgekd.students.tokenizer import StudentTokenizer
 EMPTY = -1  # a position where this side of the pair has no token: a zero vector
 
 
-def mix_embeddings(
-    x: torch.Tensor, mask: torch.Tensor, perm: torch.Tensor, lam: torch.Tensor
-) -> torch.Tensor:
-    """λ·x_i + (1−λ)·x_perm(i) per time step (batch × T × d); padding counts as zero."""
-    x = x * mask.unsqueeze(-1).to(x.dtype)
-    lam = lam.view(-1, 1, 1).to(x.dtype)
-    return lam * x + (1 - lam) * x[perm]
-
-
 class TeacherAlignment:
     """Student token positions → teacher token ids, for mixing on the teacher's side."""
 

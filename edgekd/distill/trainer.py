@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from edgekd.config import DistillConfig, check_options, refuse_unknown, save_config
-from edgekd.data import Split, bucketed_batches, length_sorted_batches, load_task
+from edgekd.data import Split, bucketed_batches, load_task
 from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
 from edgekd.distill.labeling import augmented_texts, teacher_labels
 from edgekd.distill.losses import NO_LABEL
@@ -27,25 +27,8 @@ from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, write_json
 from edgekd.progress import console, progress_bar
 from edgekd.registry import AUGMENTERS, LAYER_LOSSES, LOSSES, STUDENTS
-from edgekd.students.base import Student, save_student
+from edgekd.students.base import Student, predict_logits, save_student
 from edgekd.students.tokenizer import StudentTokenizer
-
-
-def predict_logits(
-    model: torch.nn.Module, tok: StudentTokenizer, ids: list[Any], batch_size: int = 256
-) -> np.ndarray:
-    """Student logits for pre-tokenized rows, batched by similar length."""
-    model.eval()
-    out: np.ndarray | None = None
-    with torch.inference_mode():
-        for idx in length_sorted_batches([tok.length(x) for x in ids], batch_size):
-            enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in idx]).items()}
-            logits = model(**enc).float().numpy()
-            if out is None:
-                out = np.zeros((len(ids), logits.shape[1]), dtype=np.float32)
-            out[idx] = logits
-    assert out is not None
-    return out
 
 
 def keyword_options(cls: type) -> list[str]:
@@ -317,7 +300,7 @@ def preflight(cfg: DistillConfig) -> None:
 
 def check_methods(cfg: DistillConfig, student_cls: Any) -> None:
     """Refuse combinations that cannot work, before any data is read."""
-    from edgekd.augment import methods_of_stage
+    from edgekd.distill.augment import methods_of_stage
 
     methods = cfg.augment.methods
     if methods_of_stage(methods, "select") and not methods_of_stage(methods, "text"):
@@ -327,7 +310,7 @@ def check_methods(cfg: DistillConfig, student_cls: Any) -> None:
         )
     if cfg.intermediate is None:
         return
-    from edgekd.distill.layers import LAYER_MAPS
+    from edgekd.students.base import LAYER_MAPS
 
     layer_cls = LAYER_LOSSES.get(cfg.intermediate)
     mapping = cfg.intermediate_options.get("layer_map", "uniform")
@@ -357,7 +340,7 @@ def build_extras(
     pairs: bool = False,
 ) -> Extras:
     """The online teacher, layer loss, MixKD term and minimax selector the config asks for."""
-    from edgekd.augment import methods_of_stage
+    from edgekd.distill.augment import methods_of_stage
 
     extras = Extras(teacher_tokenizer=teacher_tok, n_original=n_original)
     if cfg.intermediate is not None:
@@ -450,8 +433,9 @@ def run_takd(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -
 def run_distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
     """Distil `cfg.teacher` into a student folder at `out_dir`; return its metrics.
     `overwrite`: write beside files in `out_dir` that edgekd did not write (kept)."""
+    from edgekd.data import align_labels
+    from edgekd.distill.teacher import load_teacher, teacher_label_names
     from edgekd.io import check_output
-    from edgekd.teacher import align_labels, load_teacher, teacher_label_names
 
     check_output(out_dir, overwrite)  # before the teacher labels anything
     if cfg.assistant is not None:

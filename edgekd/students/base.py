@@ -7,13 +7,16 @@ A student folder holds `model.safetensors`, `tokenizer.json`, `student.json`
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from pydantic import BaseModel
 from torch import nn
 
+from edgekd.data import length_sorted_batches
 from edgekd.errors import EdgeKDError
 from edgekd.io import read_json, write_json
 from edgekd.registry import STUDENTS
@@ -146,3 +149,49 @@ def teacher_rows_for(
             continue  # padding stays the zero vector
         rows[i] = table[ids].mean(0) if ids else table[unk_id]
     return rows
+
+
+def predict_logits(
+    model: torch.nn.Module, tok: StudentTokenizer, ids: list[Any], batch_size: int = 256
+) -> np.ndarray:
+    """Student logits for pre-tokenized rows, batched by similar length."""
+    model.eval()
+    out: np.ndarray | None = None
+    with torch.inference_mode():
+        for idx in length_sorted_batches([tok.length(x) for x in ids], batch_size):
+            enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in idx]).items()}
+            logits = model(**enc).float().numpy()
+            if out is None:
+                out = np.zeros((len(ids), logits.shape[1]), dtype=np.float32)
+            out[idx] = logits
+    assert out is not None
+    return out
+
+
+LAYER_MAPS = ("uniform", "top", "bottom", "last")
+
+
+def map_layers(kind: str, student_layers: int, teacher_layers: int) -> list[tuple[int, int]]:
+    """(student layer, teacher layer) pairs, both 1-based."""
+    m_, n_ = student_layers, teacher_layers
+    if kind not in LAYER_MAPS:
+        raise ValueError(f"unknown layer map {kind!r}; valid: {', '.join(LAYER_MAPS)}")
+    if m_ > n_:
+        raise ValueError(f"the student has {m_} layers, the teacher only {n_}; use fewer layers")
+    if kind == "last":
+        return [(m_, n_)]
+    if kind == "top":
+        return [(m, m + n_ - m_) for m in range(1, m_ + 1)]
+    if kind == "bottom":
+        return [(m, m) for m in range(1, m_ + 1)]
+    # Round half up, so 6 → 4 gives 2, 3, 5, 6 and a divisible N gives exact multiples.
+    return [(m, math.floor(m * n_ / m_ + 0.5)) for m in range(1, m_ + 1)]
+
+
+def mix_embeddings(
+    x: torch.Tensor, mask: torch.Tensor, perm: torch.Tensor, lam: torch.Tensor
+) -> torch.Tensor:
+    """λ·x_i + (1−λ)·x_perm(i) per time step (batch × T × d); padding counts as zero."""
+    x = x * mask.unsqueeze(-1).to(x.dtype)
+    lam = lam.view(-1, 1, 1).to(x.dtype)
+    return lam * x + (1 - lam) * x[perm]

@@ -27,8 +27,7 @@ from pydantic import Field
 from torch import nn
 
 from edgekd.config import StrictModel
-from edgekd.distill.layers import map_layers
-from edgekd.students.base import Student, teacher_rows_for
+from edgekd.students.base import Student, map_layers, teacher_rows_for
 from edgekd.students.tokenizer import StudentTokenizer, vocab_tokens, wordpiece_from_teacher
 
 
@@ -108,7 +107,7 @@ class BertStudent(Student):
         """
         kwargs: dict[str, Any] = {"input_ids": input_ids}
         if mix is not None:
-            from edgekd.distill.mixup import mix_embeddings
+            from edgekd.students.base import mix_embeddings
 
             words = self.bert.embeddings.word_embeddings(input_ids)
             kwargs = {"inputs_embeds": mix_embeddings(words, attention_mask, *mix)}

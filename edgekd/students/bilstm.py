@@ -16,8 +16,8 @@ import torch
 from pydantic import Field
 from torch import nn
 
-from edgekd.augment import sides_of
 from edgekd.config import StrictModel
+from edgekd.data import sides_of
 from edgekd.students.base import Student, project_rows, teacher_rows_for
 from edgekd.students.tokenizer import (
     StudentTokenizer,
@@ -106,7 +106,7 @@ class BiLSTMStudent(Student):
         if self.embedding_proj is not None:
             x = self.embedding_proj(x)
         if mix is not None:  # MixKD: the mixed row is as long as the longer of the two
-            from edgekd.distill.mixup import mix_embeddings
+            from edgekd.students.base import mix_embeddings
 
             x = mix_embeddings(x, attention_mask, *mix)
             attention_mask = torch.maximum(attention_mask, attention_mask[mix[0]])

@@ -12,9 +12,9 @@ from edgekd.distill.mixup import (
     EMPTY,
     MixKD,
     TeacherAlignment,
-    mix_embeddings,
     teacher_mixed_logits,
 )
+from edgekd.students.base import mix_embeddings
 from edgekd.students.tokenizer import build_word_tokenizer, wordpiece_from_teacher
 
 

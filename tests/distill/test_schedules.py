@@ -1,6 +1,6 @@
 import pytest
 
-from edgekd.distill.schedules import Schedule
+from edgekd.config import Schedule
 
 
 @pytest.mark.parametrize(

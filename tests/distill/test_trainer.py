@@ -120,7 +120,7 @@ def test_run_distill_rejects_unknown_augmenter_before_any_work(tiny_data, tmp_pa
 
 
 def test_run_distill_applies_schedules_each_epoch(tiny_teacher, tiny_data, tmp_path):
-    from edgekd.distill.schedules import Schedule
+    from edgekd.config import Schedule
 
     m = run_distill(
         cfg(
@@ -149,7 +149,7 @@ def test_run_distill_ensemble_averages_teachers(tiny_teacher, tiny_data, tmp_pat
     from conftest import build_tiny_bert
     from edgekd.data import load_task
     from edgekd.distill import trainer
-    from edgekd.teacher import load_teacher, teacher_logits
+    from edgekd.distill.teacher import load_teacher, teacher_logits
 
     other = build_tiny_bert(tmp_path / "other", seed=7)
     dev = load_task(DataConfig(spec=str(tiny_data))).dev

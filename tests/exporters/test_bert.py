@@ -11,7 +11,7 @@ from edgekd.students.bert import BertStudent
 
 
 def test_bert_export_validates_against_pytorch_on_padded_rows(tiny_teacher: Path, tmp_path):
-    from edgekd.teacher import load_teacher
+    from edgekd.distill.teacher import load_teacher
 
     model, tok = BertStudent.prepare({"layers": 1}, ["x"], 2, *load_teacher(str(tiny_teacher)))
     model.eval()
@@ -33,9 +33,9 @@ def test_bert_static_int8_quantizes_the_unfused_graph_with_qdq(tiny_teacher, tin
     from collections import Counter
 
     from edgekd.config import DataConfig, ExportConfig
+    from edgekd.distill.teacher import load_teacher
     from edgekd.exporters.run import run_export
     from edgekd.students.base import save_student
-    from edgekd.teacher import load_teacher
 
     model, tok = BertStudent.prepare({"layers": 1}, ["x"], 2, *load_teacher(str(tiny_teacher)))
     (tmp_path / "s").mkdir()

@@ -51,7 +51,7 @@ def test_guard_swaps_in_a_faster_preset(student, tmp_path, monkeypatch):
 
 
 def test_accuracy_repair_scores_trials_in_the_export_folder(student, tmp_path, monkeypatch):
-    import edgekd.predict as predict
+    import edgekd.students.predict as predict
 
     real = predict.score
 

@@ -14,7 +14,7 @@ from edgekd.students.bert import BertStudent
 
 @pytest.fixture(scope="module")
 def teacher(tiny_teacher: Path):
-    from edgekd.teacher import load_teacher
+    from edgekd.distill.teacher import load_teacher
 
     return load_teacher(str(tiny_teacher))
 

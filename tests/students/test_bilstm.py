@@ -61,7 +61,7 @@ def test_project_rows_keeps_principal_directions_when_narrower():
 
 
 def test_teacher_rows_for_word_is_mean_of_its_wordpieces(tiny_teacher):
-    from edgekd.teacher import load_teacher
+    from edgekd.distill.teacher import load_teacher
 
     teacher, ttok = load_teacher(str(tiny_teacher))
     table = teacher.get_input_embeddings().weight.detach()
@@ -74,7 +74,7 @@ def test_teacher_rows_for_word_is_mean_of_its_wordpieces(tiny_teacher):
 
 
 def test_prepare_wordpiece_student_copies_teacher_embeddings(tiny_teacher):
-    from edgekd.teacher import load_teacher
+    from edgekd.distill.teacher import load_teacher
 
     teacher, ttok = load_teacher(str(tiny_teacher))
     model, tok = BiLSTMStudent.prepare(
@@ -145,7 +145,7 @@ def test_factorised_embeddings_store_rank_columns_and_project_up():
 
 
 def test_factorised_init_keeps_the_top_principal_coordinates(tiny_teacher):
-    from edgekd.teacher import load_teacher
+    from edgekd.distill.teacher import load_teacher
 
     teacher, t_tok = load_teacher(str(tiny_teacher))
     texts = ["the movie was good", "bad plot", "awful actors", "a fun film"]

@@ -3,7 +3,7 @@ from collections import Counter
 
 import pytest
 
-from edgekd.augment import (
+from edgekd.distill.augment import (
     ComposeAugmenter,
     MaskAugmenter,
     NgramAugmenter,
@@ -90,15 +90,15 @@ def test_pos_requires_fit():
 
 def test_pattern_tagger_tags_english_offline():
     pytest.importorskip("textblob", reason="textblob not installed")
-    from edgekd.augment import pattern_tagger
+    from edgekd.distill.augment import pattern_tagger
 
     assert pattern_tagger()(["a", "charming", "journey", "."]) == ["DT", "JJ", "NN", "."]
 
 
 def test_tang_builds_mask_pos_ngram_from_config():
     pytest.importorskip("textblob", reason="textblob not installed")
-    from edgekd.augment import TangAugmenter, build_augmenter
     from edgekd.config import AugmentConfig
+    from edgekd.distill.augment import TangAugmenter, build_augmenter
 
     corpus = ["a charming journey", "a dull film", "the great movie"]
     aug = build_augmenter(AugmentConfig(methods=["tang"]), corpus, "[MASK]")

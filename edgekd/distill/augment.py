@@ -14,14 +14,15 @@ left unmasked is exactly that "else", so `tang` is mask → pos → ngram.
 from __future__ import annotations
 
 import bisect
+import json
 import random
 import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-if TYPE_CHECKING:
-    from edgekd.config import AugmentConfig
+from edgekd.config import AugmentConfig
+from edgekd.data import sides_of
 
 Tagger = Callable[[list[str]], list[str]]
 
@@ -200,16 +201,18 @@ class TangAugmenter(ComposeAugmenter):
         )
 
 
-def sides_of(texts: Sequence[Any]) -> list[str]:
-    """Every string in `texts`, both sides of each sentence pair."""
-    return [x for t in texts for x in ((t,) if isinstance(t, str) else t)]
-
-
 def methods_of_stage(methods: Sequence[str], stage: str) -> list[str]:
     """The named methods that run at `stage` ("text", "select" or "batch")."""
     from edgekd.registry import AUGMENTERS
 
     return [name for name in methods if AUGMENTERS.get(name).stage == stage]
+
+
+def text_key(cfg: AugmentConfig) -> str:
+    """What the augmented rows depend on (training-time knobs left out), for caching."""
+    fields = cfg.model_dump(exclude={"minimax_k", "mixup_alpha", "alpha_sm", "alpha_tmkd"})
+    fields["methods"] = methods_of_stage(cfg.methods, "text")
+    return json.dumps(fields, sort_keys=True)
 
 
 def build_augmenter(cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:

@@ -104,36 +104,9 @@ class StudentPredictor:
         self.model, self.tokenizer, self.label_names = load_student(folder)
 
     def logits(self, texts: list[str]) -> np.ndarray:
-        from edgekd.distill.trainer import predict_logits
+        from edgekd.students.base import predict_logits
 
         return predict_logits(self.model, self.tokenizer, self.tokenizer.ids(texts))
-
-
-class TeacherPredictor:
-    def __init__(self, name_or_path: str) -> None:
-        from edgekd.teacher import load_teacher, teacher_label_names
-
-        self.model, self.tokenizer = load_teacher(name_or_path)
-        self.label_names = teacher_label_names(self.model.config)
-
-    def logits(self, texts: list[str]) -> np.ndarray:
-        from edgekd.teacher import teacher_logits
-
-        return teacher_logits(self.model, self.tokenizer, texts, description="teacher")
-
-
-def load_predictor(target: str | Path) -> Predictor:
-    """Pick the predictor for `target`: .onnx file, student folder, else an HF classifier."""
-    path = Path(target)
-    if path.suffix == ".onnx":
-        if not path.is_file():
-            raise EdgeKDError(f"{path} does not exist; check the path")
-        return OnnxPredictor(path)
-    if (path / STUDENT_FILE).is_file() and (path / "model.safetensors").is_file():
-        return StudentPredictor(path)
-    if path.is_dir() and (path / "model.onnx").is_file() and not (path / "config.json").is_file():
-        return OnnxPredictor(path / "model.onnx")
-    return TeacherPredictor(str(target))
 
 
 def score(

@@ -1,8 +1,7 @@
 import pytest
 
-from edgekd.data import Split, TaskData
+from edgekd.data import Split, TaskData, align_labels
 from edgekd.errors import EdgeKDError
-from edgekd.teacher import align_labels
 
 
 def task(names, labels):
@@ -29,7 +28,7 @@ def test_align_labels_rejects_mismatched_label_sets():
 
 
 def test_load_teacher_fails_fast_when_hub_id_and_offline(offline_hub):
-    from edgekd.teacher import load_teacher
+    from edgekd.distill.teacher import load_teacher
 
     with pytest.raises(EdgeKDError, match=r"not a local folder and the Hugging Face Hub is"):
         load_teacher("someone/bert-sst2")
@@ -40,7 +39,7 @@ def test_resolve_base_points_at_packaged_minilm_when_installed():
     from pathlib import Path
 
     from edgekd.config import DEFAULT_BASE
-    from edgekd.teacher import resolve_base
+    from edgekd.distill.teacher import resolve_base
 
     folder = Path(resolve_base(DEFAULT_BASE))
     assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()

@@ -10,9 +10,11 @@ from typing import Any
 import numpy as np
 
 from edgekd.config import DEFAULT_BASE, TeacherConfig
-from edgekd.data import Split, TaskData, length_sorted_batches
+from edgekd.data import TaskData, length_sorted_batches
 from edgekd.errors import EdgeKDError
 from edgekd.progress import console, progress_bar
+from edgekd.students import STUDENT_FILE
+from edgekd.students.predict import OnnxPredictor, Predictor, StudentPredictor
 
 
 def resolve_base(base: str) -> str:
@@ -65,45 +67,6 @@ def load_teacher(name_or_path: str, require_classifier: bool = True) -> tuple[An
 
 def teacher_label_names(config: Any) -> list[str]:
     return [str(config.id2label[i]) for i in range(config.num_labels)]
-
-
-def align_labels(task: TaskData, teacher_names: list[str]) -> TaskData:
-    """Re-index `task` labels into a model's logit order (`teacher_names`).
-
-    Data labels match teacher labels by name ("positive"), else, when the data's
-    labels are the integers 0..C-1 or the teacher's names are generic
-    (`LABEL_k`), by position.
-    """
-    if len(teacher_names) != task.num_labels:
-        raise EdgeKDError(
-            f"the teacher has {len(teacher_names)} labels ({', '.join(teacher_names)}) but the "
-            f"data has {task.num_labels} ({', '.join(task.label_names)}); use a teacher "
-            "fine-tuned on this task"
-        )
-    lowered = [n.lower() for n in teacher_names]
-    if all(n.lower() in lowered for n in task.label_names):
-        mapping = [lowered.index(n.lower()) for n in task.label_names]
-    elif task.label_names == [str(i) for i in range(task.num_labels)] or all(
-        n.upper().startswith("LABEL_") for n in teacher_names
-    ):  # positional
-        mapping = list(range(task.num_labels))
-    else:
-        raise EdgeKDError(
-            f"cannot match data labels ({', '.join(task.label_names)}) to the teacher's "
-            f"({', '.join(teacher_names)}); rename the labels in the data to the teacher's"
-        )
-    # Generic teacher names (LABEL_0...) carry no meaning: keep the data's names then.
-    generic = all(n.upper().startswith("LABEL_") for n in teacher_names)
-    names = (
-        [task.label_names[mapping.index(i)] for i in range(len(mapping))]
-        if generic
-        else teacher_names
-    )
-
-    def remap(split: Split) -> Split:
-        return Split(split.texts, [mapping[y] for y in split.labels])
-
-    return TaskData(remap(task.train), remap(task.dev), names, task.source, task.notes)
 
 
 def teacher_logits(
@@ -316,3 +279,26 @@ def finetune(
         "base": cfg.base,
         "seconds": round(time.perf_counter() - start, 1),
     }
+
+
+class TeacherPredictor:
+    def __init__(self, name_or_path: str) -> None:
+        self.model, self.tokenizer = load_teacher(name_or_path)
+        self.label_names = teacher_label_names(self.model.config)
+
+    def logits(self, texts: list[str]) -> np.ndarray:
+        return teacher_logits(self.model, self.tokenizer, texts, description="teacher")
+
+
+def load_predictor(target: str | Path) -> Predictor:
+    """Pick the predictor for `target`: .onnx file, student folder, else an HF classifier."""
+    path = Path(target)
+    if path.suffix == ".onnx":
+        if not path.is_file():
+            raise EdgeKDError(f"{path} does not exist; check the path")
+        return OnnxPredictor(path)
+    if (path / STUDENT_FILE).is_file() and (path / "model.safetensors").is_file():
+        return StudentPredictor(path)
+    if path.is_dir() and (path / "model.onnx").is_file() and not (path / "config.json").is_file():
+        return OnnxPredictor(path / "model.onnx")
+    return TeacherPredictor(str(target))
