@@ -104,10 +104,13 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
 
+    from edgekd.artifacts import MODEL_FILES
     from edgekd.config import DataConfig, DistillConfig, ExportConfig
     from edgekd.data import align_labels, load_task
-    from edgekd.distill.trainer import run_distill
-    from edgekd.exporters.run import FP32, INT8, run_export
+    from edgekd.stages.distill import distill as run_distill
+    from edgekd.stages.export import export as run_export
+
+    FP32, INT8 = MODEL_FILES["fp32"], MODEL_FILES["int8"]
     from edgekd.exporters.teacher import export_teacher
     from edgekd.students.predict import OnnxPredictor, score
 
@@ -129,7 +132,7 @@ def main() -> None:
             student_options={"vocab": vocab},
         )
         metrics = run_distill(cfg, sdir)
-        report = run_export(sdir, edir, ExportConfig(guard=False))
+        report = run_export(ExportConfig(guard=False), sdir, edir)
         students[vocab] = {"metrics": metrics, "export": report, "dir": edir}
 
     teacher_onnx = export_teacher(str(teacher), args.work / "teacher-onnx")

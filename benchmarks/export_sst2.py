@@ -53,15 +53,18 @@ def median_feed(model: Path, texts: list[Any]) -> dict[str, Any]:
 
 def variants(student: Path, out: Path, data: Any) -> dict[str, dict[str, Any]]:
     """fp32 plus int8 per mode × preset, each exported and scored by run_export."""
+    from edgekd.artifacts import MODEL_FILES
     from edgekd.config import ExportConfig
-    from edgekd.exporters.run import FP32, INT8, run_export
+    from edgekd.stages.export import export as run_export
+
+    FP32, INT8 = MODEL_FILES["fp32"], MODEL_FILES["int8"]
 
     models: dict[str, dict[str, Any]] = {}
     for mode in ("dynamic", "static"):
         for preset in PRESETS:
             folder = out / f"{mode}-{preset}"
             cfg = ExportConfig(int8_mode=mode, preset=preset, guard=False)  # type: ignore[arg-type]
-            report = run_export(student, folder, cfg, data)
+            report = run_export(cfg, student, folder, data)
             if "fp32" not in models:
                 models["fp32"] = {**report["models"]["fp32"], "path": folder / FP32}
             models[f"{mode} int8 {preset}"] = {**report["models"]["int8"], "path": folder / INT8}
@@ -85,7 +88,7 @@ def optimum_int8(student: Path, out: Path) -> Path:
 
 def ensure_student(path: Path, fields: dict[str, Any], shared: Path, rows: int | None) -> Path:
     from edgekd.config import DataConfig, DistillConfig
-    from edgekd.distill.trainer import run_distill
+    from edgekd.stages.distill import distill as run_distill
 
     if not (path / "student.json").is_file():
         cfg = DistillConfig.model_validate(
@@ -207,9 +210,9 @@ def main() -> None:
 def variants_dynamic(student: Path, out: Path, data: Any) -> dict[str, Any]:
     """Bytes and accuracy of a student's fp32 and dynamic int8 (auto preset) exports."""
     from edgekd.config import ExportConfig
-    from edgekd.exporters.run import run_export
+    from edgekd.stages.export import export as run_export
 
-    r = run_export(student, out, ExportConfig(guard=False), data)
+    r = run_export(ExportConfig(guard=False), student, out, data)
     return {
         "fp32_bytes": r["models"]["fp32"]["bytes"],
         "int8_bytes": r["models"]["int8"]["bytes"],

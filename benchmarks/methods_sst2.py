@@ -82,7 +82,7 @@ ORDERINGS = [
 
 def run_one(name: str, seed: int, shared: Path, teacher: str) -> dict[str, Any]:
     from edgekd.config import DataConfig, DistillConfig
-    from edgekd.distill.trainer import run_distill
+    from edgekd.stages.distill import distill as run_distill
 
     _, rows, fields = METHODS[name]
     out = RUNS / f"{name.replace('/', '_').replace(' ', '_')}-s{seed}"

@@ -23,6 +23,7 @@ try:  # recent typer carries its own copy of click; older releases use click its
 except ImportError:  # pragma: no cover
     from click.exceptions import ClickException
 
+from edgekd.artifacts import ProfileSweep
 from edgekd.config import (
     AugmentConfig,
     Calibration,
@@ -32,6 +33,7 @@ from edgekd.config import (
     ExportConfig,
     Int8Mode,
     Preset,
+    ProfileConfig,
     TeacherConfig,
     TeacherRuntime,
     load_yaml,
@@ -40,7 +42,7 @@ from edgekd.config import (
     validate,
 )
 from edgekd.errors import EdgeKDError
-from edgekd.render import print_check, print_profile, print_sweep, print_vs
+from edgekd.render import print_check, print_export, print_profile, print_sweep, print_vs
 
 
 class OneLineErrors(TyperGroup):
@@ -227,7 +229,7 @@ def teacher(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Fine-tune a BERT-style encoder into a teacher classifier."""
-    from edgekd.distill.teacher import train_teacher
+    from edgekd.stages.teacher import teacher as train_teacher
 
     cfg = validate(TeacherConfig, load_yaml(config), str(config)) if config else TeacherConfig()
     own = given(
@@ -242,7 +244,7 @@ def teacher(
     )  # fmt: skip
     cfg = with_data(cfg, fields, own.get("seed"))
     metrics = train_teacher(cfg, out, overwrite)  # checks --out before loading any data
-    typer.echo(f"teacher: dev accuracy {metrics['dev_accuracy']:.4f} → {out}")
+    typer.echo(f"teacher: dev accuracy {metrics.dev_accuracy:.4f} → {out}")
 
 
 def with_data(cfg: Any, fields: dict[str, Any], seed: int | None) -> Any:
@@ -410,13 +412,12 @@ def distill(
         train_split=train_split, dev_split=dev_split, encoding=encoding,
     )  # fmt: skip
     cfg = with_data(cfg, fields, own.get("seed"))
-    from edgekd.distill.trainer import run_distill
+    from edgekd.stages.distill import distill as run_distill
 
     m = run_distill(cfg, out, overwrite)
     typer.echo(
-        f"student: accuracy {m['student_accuracy']:.4f} (teacher "
-        f"{m['teacher_accuracy']:.4f}, agreement {m['agreement']:.4f}, "
-        f"{m['params']:,} params) → {out}"
+        f"student: accuracy {m.student_accuracy:.4f} (teacher {m.teacher_accuracy:.4f}, "
+        f"agreement {m.agreement:.4f}, {m.params:,} params) → {out}"
     )
 
 
@@ -437,31 +438,20 @@ def eval_(
     ),
 ) -> None:
     """Score a teacher, a student or an ONNX model on the dev split."""
-    from edgekd.data import align_labels, load_task
-    from edgekd.distill.teacher import load_predictor
-    from edgekd.io import write_json
-    from edgekd.students.predict import score
+    from edgekd.stages.evaluate import evaluate
 
-    task = load_task(
-        DataConfig(
-            spec=data,
-            text_column=text_column,
-            label_column=label_column,
-            text_pair_column=text_pair_column,
-            max_dev=max_dev,
-            train_split=train_split,
-            dev_split=dev_split,
-            encoding=encoding,
-        )
+    data_cfg = DataConfig(
+        spec=data,
+        text_column=text_column,
+        label_column=label_column,
+        text_pair_column=text_pair_column,
+        max_dev=max_dev,
+        train_split=train_split,
+        dev_split=dev_split,
+        encoding=encoding,
     )
-    predictor = load_predictor(model)
-    task = align_labels(task, predictor.label_names)
-    result = score(predictor, task.dev.texts, task.dev.labels)
-    result.pop("predictions")
-    result["model"] = model
-    if json_out:
-        write_json(json_out, result)
-    typer.echo(f"{model}: accuracy {result['accuracy']:.4f} on {result['n']} dev rows")
+    result = evaluate(data_cfg, model, json_out)
+    typer.echo(f"{model}: accuracy {result.accuracy:.4f} on {result.n} dev rows")
 
 
 @app.command()
@@ -537,7 +527,8 @@ def export(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Export a student to ONNX (validated against PyTorch), optionally int8 (--int8)."""
-    from edgekd.exporters.run import run_export, student_data_config
+    from edgekd.stages.export import export as run_export
+    from edgekd.stages.export import student_data_config
 
     quant = given(
         ctx, int8_mode=int8_mode, preset=preset, device=device, per_channel=per_channel,
@@ -586,18 +577,8 @@ def export(
     data_cfg = student_data_config(student_dir) if student_dir.is_dir() else None
     if data:
         data_cfg = override(data_cfg or DataConfig(), spec=data)
-    r = run_export(student_dir, out, cfg, data_cfg, overwrite)
-    for name, m in r["models"].items():
-        typer.echo(
-            f"{name}: {m['path']} {m['bytes']:,} B, accuracy {m['accuracy']:.4f}, "
-            f"agreement with PyTorch {m['agreement']:.4f}"
-        )
-    if r.get("int8_refused"):
-        typer.echo("int8: not kept, it was not faster than fp32 here (export.json says why)")
-    typer.echo(
-        f"validated at atol {r['atol']:.0e} (max diff "
-        f"{r['models']['fp32']['max_abs_diff']:.1e}) → {out}"
-    )
+    r = run_export(cfg, student_dir, out, data_cfg, overwrite)
+    print_export(r, out)
 
 
 @app.command()
@@ -618,26 +599,12 @@ def trim(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Drop embedding rows the training set does not use (they map to [UNK])."""
-    from edgekd.data import align_labels, load_task
-    from edgekd.exporters.run import student_data_config
-    from edgekd.io import write_json
-    from edgekd.students.predict import StudentPredictor, score
-    from edgekd.students.trim import trim_student
+    from edgekd.stages.trim import trim as run_trim
 
-    data = student_data_config(student_dir)
-    if data is None:
-        raise EdgeKDError(f"{student_dir} has no config.yaml naming its data; trim a distilled one")
-    before = StudentPredictor(student_dir)
-    task = align_labels(load_task(data), before.label_names)
-    report = trim_student(student_dir, out, task.train.texts, min_freq, keep_top, overwrite)
-    for name, path in (("before", student_dir), ("after", out)):
-        acc = score(StudentPredictor(path), task.dev.texts, task.dev.labels)["accuracy"]
-        report[f"dev_accuracy_{name}"] = acc
-    write_json(out / "trim.json", report)
+    r = run_trim(student_dir, out, min_freq, keep_top, overwrite)
     typer.echo(
-        f"vocabulary {report['vocab_before']:,} → {report['vocab_after']:,} tokens, "
-        f"dev accuracy {report['dev_accuracy_before']:.4f} → {report['dev_accuracy_after']:.4f}"
-        f" → {out}"
+        f"vocabulary {r.vocab_before:,} → {r.vocab_after:,} tokens, dev accuracy "
+        f"{r.dev_accuracy_before:.4f} → {r.dev_accuracy_after:.4f} → {out}"
     )
 
 
@@ -654,7 +621,7 @@ def bundle(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Package the shipping model, tokenizer, labels and a sha256 manifest."""
-    from edgekd.bundle import make_bundle
+    from edgekd.stages.bundle import make_bundle
 
     archive = make_bundle(export_dir, out, model, overwrite)
     typer.echo(f"bundle → {out} and {archive}")
@@ -681,7 +648,7 @@ def predict(
     ),
 ) -> None:
     """Classify texts with a bundle (onnxruntime + numpy only: no torch, no transformers)."""
-    from edgekd.bundle import Bundle
+    from edgekd.stages.bundle import Bundle
 
     rows: list[Any] = list(texts or [])
     if file is not None:
@@ -754,20 +721,33 @@ def profile(
     ),
 ) -> None:
     """Latency percentiles, load time, memory and size at batch 1 on onnxruntime."""
-    from edgekd.devices.agent import NOISY_SPREAD
-    from edgekd.devices.profile import profile_model
-    from edgekd.io import write_json
+    from edgekd.stages.profile import profile as run_profile
 
-    if runs < trials:
-        raise EdgeKDError(
-            f"--runs {runs} < --trials {trials}: each trial needs a run; raise --runs"
-        )
     try:
         lengths = [int(n) for n in seq_len.split(",")]
     except ValueError:
         raise EdgeKDError(f"--seq-len {seq_len!r}: give integers, e.g. 64 or 16,32,64") from None
     if min(lengths) < 1:
         raise EdgeKDError(f"--seq-len {seq_len!r}: lengths are at least 1 token")
+    if runs < trials:
+        raise EdgeKDError(
+            f"--runs {runs} < --trials {trials}: each trial needs a run; raise --runs"
+        )
+    cfg = validate(
+        ProfileConfig,
+        dict(
+            devices=[device],
+            hosts={device: host} if host else {},
+            threads=threads,
+            runs=runs,
+            trials=trials,
+            warmup=warmup,
+            seq_lens=lengths,
+            vs=str(vs) if vs else None,
+            processes=processes,
+        ),
+        "profile options",
+    )
     texts = None
     if data:
         from edgekd.data import load_task
@@ -775,32 +755,15 @@ def profile(
         texts = load_task(
             DataConfig(spec=data, text_column=text_column, text_pair_column=text_pair_column)
         ).dev.texts
-    from edgekd.progress import track
-
-    results = [
-        profile_model(model, device, threads, runs, warmup, n, texts, trials, vs, host, processes)
-        for n in (track(lengths, "profiling") if len(lengths) > 1 else lengths)
-    ]
-    if len(results) > 1:
-        print_sweep(results)
+    (result,) = run_profile(cfg, [model], texts=texts)
+    if isinstance(result, ProfileSweep):
+        print_sweep([r.model_dump(exclude_none=True) for r in result.sweep])
     elif vs:
-        print_vs(results[0])
+        print_vs(result.model_dump(exclude_none=True))
     else:
-        print_profile(results[0])
-    for r in results:
-        series = {Path(r["model"]).name: r, "tokenize+infer": r.get("end_to_end")}
-        if vs:
-            series[Path(r["vs"]["b"]["model"]).name] = r["vs"]["b"]
-        for name, m in series.items():
-            if m and m["noisy"]:
-                typer.echo(
-                    f"warning: {name} at seq {r['seq_len']}: trial medians spread "
-                    f"{100 * m['trial_spread']:.0f}% (> {100 * NOISY_SPREAD:.0f}%), the "
-                    "machine was busy; rerun on an idle machine or raise --runs",
-                    err=True,
-                )
+        print_profile(result.model_dump(exclude_none=True))
     if json_out:
-        write_json(json_out, results[0] if len(results) == 1 else {"sweep": results})
+        result.write(json_out)
 
 
 @app.command()
@@ -834,51 +797,19 @@ def check(
     ),
 ) -> None:
     """Check measured metrics against a budget: exit 0 if all hold, 1 if any fails."""
+    from edgekd.stages.check import check as run_check
+    from edgekd.stages.check import write_ci_outputs
 
-    from edgekd.budget import (
-        bench_entries,
-        collect_metrics,
-        evaluate,
-        junit_xml,
-        load_budget,
-        markdown_summary,
-    )
-    from edgekd.io import atomic_write_text
-
-    full = load_budget(budget)
-    defaults = None
-    if device and device not in full.devices:
-        from edgekd.devices.base import load_spec
-
-        defaults = load_spec(device).budget  # the device spec's own default limits
-    b = full.for_device(device, defaults)
-    results = evaluate(b, collect_metrics(artifacts, b))
-    failed = [r for r in results if not r.passed]
-    title = f"edgekd budget: {b.model} model" + (f" on {device}" if device else "")
-    payload = {
-        "budget": str(budget),
-        "model": b.model,
-        "device": device,
-        "passed": not failed,
-        "limits": [r.to_dict() for r in results],
-    }
-    if junit:
-        atomic_write_text(junit, junit_xml(results, title))
-    if bench_json:
-        atomic_write_text(bench_json, json.dumps(bench_entries(results, device or b.model)) + "\n")
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if github_summary and summary:
-        with open(summary, "a", encoding="utf-8") as f:  # the runner's file: append only
-            f.write(markdown_summary(results, title))
+    result = run_check(budget, artifacts, device=device)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY") if github_summary else None
+    write_ci_outputs(result, junit, bench_json, summary)
     if json_out == "-":
-        typer.echo(json.dumps(payload, indent=2))
+        typer.echo(result.model_dump_json(indent=2))
     else:
-        print_check(results, title)
+        print_check(result.limits, result.title())
         if json_out:
-            from edgekd.io import write_json
-
-            write_json(json_out, payload)
-    raise typer.Exit(1 if failed else 0)
+            result.write(Path(json_out))
+    raise typer.Exit(0 if result.passed else 1)
 
 
 @app.command("run")
@@ -913,7 +844,7 @@ def report(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Self-contained HTML page + PNG plots: accuracy vs latency vs size, budgets."""
-    from edgekd.report import write_report
+    from edgekd.stages.report import report as write_report
 
     page = write_report(run_dir, out, overwrite=overwrite)
     typer.echo(f"wrote {page}")

@@ -129,7 +129,6 @@ class AugmentConfig(StrictModel):
     seed: int = 0
 
 
-
 class DistillConfig(StrictModel):
     teacher: str = Field(..., description="HF id or folder of a fine-tuned classifier.")
     extra_teachers: list[str] = Field(
@@ -194,6 +193,36 @@ class DistillConfig(StrictModel):
         if unknown:
             raise ValueError(f"unknown assistant field(s) {unknown}; use distill fields")
         return value
+
+
+class ProfileConfig(StrictModel):
+    """`edgekd profile` and a recipe's profile stage: batch-1 timing on each device."""
+
+    devices: list[str] = Field(
+        default_factory=lambda: ["local-cpu"], min_length=1, description="Device names or specs."
+    )
+    hosts: dict[str, str] = Field(default_factory=dict, description="ssh device → [user@]host.")
+    threads: int | None = Field(
+        None, ge=0, description="onnxruntime intra-op threads (0: all cores); unset: the device's."
+    )
+    runs: int = Field(200, ge=1, description="Timed runs in all, split into trials.")
+    trials: int = Field(5, ge=1, description="Trials; p50/p90 are medians of the trials' own.")
+    warmup: int = Field(20, ge=0, description="Untimed runs first.")
+    seq_lens: list[int] = Field(
+        default_factory=lambda: [64],
+        min_length=1,
+        description="Tokens per synthetic input; several: a sweep.",
+    )
+    vs: str | None = Field(None, description="Time this second model alternately; the ratio.")
+    processes: int = Field(1, ge=1, description="--vs: agent processes (interval spans them).")
+
+    @model_validator(mode="after")
+    def _runs_cover_trials(self) -> ProfileConfig:
+        if self.runs < self.trials:
+            raise ValueError(f"runs {self.runs} < trials {self.trials}: each trial needs a run")
+        if min(self.seq_lens) < 1:
+            raise ValueError(f"seq_lens {self.seq_lens}: lengths are at least 1 token")
+        return self
 
 
 class ExportConfig(StrictModel):

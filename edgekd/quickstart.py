@@ -13,10 +13,18 @@ from typing import Any
 
 import numpy as np
 
-from edgekd.budget import Budget, collect_metrics, evaluate
-from edgekd.config import DataConfig, DistillConfig, ExportConfig, TeacherConfig, save_config
+from edgekd.artifacts import ProfileResult, QuickstartSummary
+from edgekd.budget import Budget
+from edgekd.config import (
+    DataConfig,
+    DistillConfig,
+    ExportConfig,
+    ProfileConfig,
+    TeacherConfig,
+    save_config,
+)
 from edgekd.data import load_task
-from edgekd.io import claim_folder, write_json
+from edgekd.io import claim_folder
 from edgekd.progress import console
 
 # The quickstart's gate: int8 may cost at most 1 point over fp32, and the student at
@@ -40,12 +48,14 @@ def run_quickstart(
     from rich.table import Table
 
     from edgekd.data import align_labels
-    from edgekd.devices.profile import profile_model
-    from edgekd.distill.teacher import train_teacher
-    from edgekd.distill.trainer import run_distill
-    from edgekd.exporters.run import FP32, INT8, run_export
     from edgekd.exporters.teacher import export_teacher
     from edgekd.render import print_check, print_profile
+    from edgekd.stages.check import check
+    from edgekd.stages.distill import distill
+    from edgekd.stages.export import export
+    from edgekd.stages.profile import profile
+    from edgekd.stages.report import report as write_report
+    from edgekd.stages.teacher import teacher as train_teacher
     from edgekd.students.predict import OnnxPredictor, score
 
     start = time.perf_counter()
@@ -71,7 +81,7 @@ def run_quickstart(
         teacher_dir = out / "teacher"
         metrics = train_teacher(tcfg, teacher_dir)
         teacher = str(teacher_dir)
-        done("teacher", f"dev accuracy {metrics['dev_accuracy']:.4f}")
+        done("teacher", f"dev accuracy {metrics.dev_accuracy:.4f}")
     else:
         console.rule("1/5 teacher: given")
 
@@ -82,13 +92,13 @@ def run_quickstart(
         epochs=epochs,
         seed=seed,
     )
-    m = run_distill(dcfg, out / "student")
-    done("distill", f"student dev accuracy {m['student_accuracy']:.4f}")
+    m = distill(dcfg, out / "student")
+    done("distill", f"student dev accuracy {m.student_accuracy:.4f}")
 
     console.rule("3/5 export: ONNX fp32 + int8, teacher ONNX")
     # The int8 guard times int8 against fp32 here; if int8 loses, fp32 ships.
-    report = run_export(out / "student", out / "export", ExportConfig(int8=True))
-    shipped = "int8" if "int8" in report["models"] else "fp32"
+    exported = export(ExportConfig(int8=True), out / "student", out / "export")
+    shipped = exported.shipped()
     teacher_onnx = export_teacher(teacher, out / "teacher-onnx")
     teacher_pred = OnnxPredictor(teacher_onnx)
     dev = align_labels(task, teacher_pred.label_names).dev
@@ -102,21 +112,22 @@ def run_quickstart(
     rows: list[dict[str, Any]] = []
     models = [
         ("teacher fp32", teacher_onnx, teacher_acc),
-        ("student fp32", out / "export" / FP32, report["models"]["fp32"]["accuracy"]),
     ]
-    if shipped == "int8":
-        models.append(("student int8", out / "export" / INT8, report["models"]["int8"]["accuracy"]))
+    for kind, entry in exported.models.items():
+        models.append((f"student {kind}", out / "export" / entry.path, entry.accuracy))
+    pcfg = ProfileConfig(threads=1, runs=PROFILE_RUNS, seq_lens=[seq_len])
     for name, path, acc in models:
-        prof = profile_model(path, threads=1, runs=PROFILE_RUNS, seq_len=seq_len, texts=dev.texts)
-        print_profile(prof)
-        write_json(path.parent / f"profile-{path.stem}.json", prof)
+        (prof,) = profile(pcfg, [path], path.parent, dev.texts)  # beside the model
+        assert isinstance(prof, ProfileResult)  # one length: no sweep
+        print_profile(prof.model_dump(exclude_none=True))
         rows.append(
             {
                 "model": name,
                 "accuracy": acc,
-                "bytes": prof["bytes"],
-                **{k: prof[k] for k in ("p50_ms", "p90_ms")},
-                "e2e_p50_ms": prof["end_to_end"]["p50_ms"],
+                "bytes": prof.bytes,
+                "p50_ms": prof.p50_ms,
+                "p90_ms": prof.p90_ms,
+                "e2e_p50_ms": (prof.end_to_end or {}).get("p50_ms"),
             }
         )
 
@@ -127,9 +138,9 @@ def run_quickstart(
     if shipped == "fp32":  # int8 refused by the guard: gate the model that ships
         budget = budget.model_copy(update={"model": "fp32", "max_int8_drop": None})
     save_config(budget, budget_path)
-    results = evaluate(budget, collect_metrics([out / "export"], budget))
-    print_check(results, f"budget check: {budget.model} model")
-    done("check", "pass" if all(r.passed for r in results) else "FAIL")
+    verdict = check(budget, [out / "export"], out)
+    print_check(verdict.limits, verdict.title())
+    done("check", "pass" if verdict.passed else "FAIL")
 
     base = rows[0]
     # Eight columns that fit an 80-column terminal; quickstart.json has every figure.
@@ -148,25 +159,12 @@ def run_quickstart(
             f"{base['p50_ms'] / r['p50_ms']:.1f}×",
         )
     console.print(table)
-    write_json(
-        out / "quickstart.json",
-        {
-            "rows": rows,
-            "seconds": time.perf_counter() - start,
-            "seq_len": seq_len,
-            "budget": [r.to_dict() for r in results],
-        },
-    )
-    passed = all(r.passed for r in results)
-    write_json(
-        out / "check.json",
-        {"model": budget.model, "passed": passed, "limits": [r.to_dict() for r in results]},
-    )
-    from edgekd.report import write_report
-
+    QuickstartSummary(
+        rows=rows, seconds=time.perf_counter() - start, seq_len=seq_len, check=verdict
+    ).write(out)
     page = write_report(out)
     console.print(
         f"e2e = tokenize + infer one dev text at a time. Artifacts in {out}, report "
         f"{page}; total {time.perf_counter() - start:.0f} s"
     )
-    return 0 if passed else 1
+    return 0 if verdict.passed else 1

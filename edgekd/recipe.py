@@ -20,26 +20,37 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from edgekd.budget import Budget, LimitResult, collect_metrics, evaluate, junit_xml, load_budget
+from edgekd.artifacts import (
+    CHECK_GLOB,
+    MODEL_FILES,
+    REPORT_PAGE,
+    CheckResult,
+    ExportReport,
+    ProfileResult,
+    RunManifest,
+    StageMarker,
+    StageRecord,
+)
+from edgekd.budget import Budget, load_budget
 from edgekd.config import (
     PLAIN_NAME,
     DataConfig,
     DistillConfig,
     ExportConfig,
+    ProfileConfig,
     StrictModel,
     TeacherConfig,
     load_yaml,
     validate,
 )
 from edgekd.errors import EdgeKDError
-from edgekd.io import atomic_dir, claim_folder, read_json, sha256_file, write_json
-from edgekd.progress import console, track
+from edgekd.io import atomic_dir, claim_folder, sha256_file
+from edgekd.progress import console
 
-STAGE_FILE = ".stage.json"
 SAFE_NAME = re.compile(PLAIN_NAME)
 
 
@@ -214,7 +225,7 @@ class Stages:
     def __init__(self, out: Path, force: bool = False) -> None:
         self.out = out
         self.force = force
-        self.records: list[dict[str, Any]] = []
+        self.records: list[StageRecord] = []
         self.code = versions()["edgekd"]
 
     def run(
@@ -222,26 +233,27 @@ class Stages:
     ) -> str:
         """Run `fn(folder)` unless `folder` holds a result for the same `inputs`; return the key."""
         key = digest({"stage": name, "edgekd": self.code, **inputs})
-        marker = folder / STAGE_FILE
+        marker = StageMarker.path(folder)
         t = time.perf_counter()
-        if not self.force and marker.is_file() and read_json(marker).get("key") == key:
+        status: Literal["ran", "cached"]
+        if not self.force and marker.is_file() and StageMarker.read(folder).key == key:
             status = "cached"
             console.print(f"[dim]{name}: unchanged, cached ({folder})[/]")
         else:
             console.rule(f"{name}")
             fn(folder)
-            write_json(marker, {"stage": name, "key": key})
+            StageMarker(stage=name, key=key).write(folder)
             status = "ran"
             # One plain line per finished stage, for CI logs where rules and bars blur.
             console.print(f"{name}: done in {time.perf_counter() - t:.1f} s ({folder})")
         self.records.append(
-            {
-                "stage": name,
-                "folder": str(folder.relative_to(self.out)),
-                "key": key,
-                "status": status,
-                "seconds": round(time.perf_counter() - t, 3),
-            }
+            StageRecord(
+                stage=name,
+                folder=str(folder.relative_to(self.out)),
+                key=key,
+                status=status,
+                seconds=round(time.perf_counter() - t, 3),
+            )
         )
         return key
 
@@ -325,7 +337,7 @@ def run_recipe(
             "profile teacher",
             out / "teacher-profile",
             {**pinputs, "model": tokey, "seq_len": seq_len},
-            partial(profile_models, [out / "teacher-onnx" / "model.onnx"], recipe, seq_len),
+            partial(profile_models, [out / "teacher-onnx" / MODEL_FILES["fp32"]], recipe, seq_len),
         )
     for variant, ekey in export_keys.items():
         models = exported_models(out / variant / "export")
@@ -356,7 +368,7 @@ def run_recipe(
                 partial(check, budget, [vdir / "export", vdir / "profile"], specs, pcfg.threads),
             )
         )
-        passed &= all(c["passed"] for c in checks_of(folder))
+        passed &= all(c.passed for c in checks_of(folder))
 
     # 6. report, on this recipe's folders only (not those of variants since removed).
     if recipe.report:
@@ -372,50 +384,49 @@ def run_recipe(
             partial(write_report_into, out, current),
         )
 
-    write_json(
-        out / "manifest.json",
-        {
-            "recipe": str(Path(path)),
-            "recipe_sha256": sha256_file(path),
-            "overrides": overrides or {},
-            "resolved": recipe.model_dump(),
-            "versions": versions(),
-            "inputs": inputs,
-            "seq_len": seq_len,
-            "stages": stages.records,
-            "passed": passed,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-            "seconds": round(time.time() - started, 1),
-        },
-    )
-    ran = sum(r["status"] == "ran" for r in stages.records)
+    RunManifest(
+        recipe=str(Path(path)),
+        recipe_sha256=sha256_file(path),
+        overrides=overrides or {},
+        resolved=recipe.model_dump(mode="json"),
+        versions=versions(),
+        inputs=inputs,
+        seq_len=seq_len,
+        stages=stages.records,
+        passed=passed,
+        started=time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        seconds=round(time.time() - started, 1),
+    ).write(out)
+    ran = sum(r.status == "ran" for r in stages.records)
     console.print(
         f"{ran} stage(s) ran, {len(stages.records) - ran} cached, "
         f"{time.time() - started:.0f} s; budget {'met' if passed else '[bold red]missed[/]'}"
-        + (f"; report: {out / 'report' / 'report.html'}" if recipe.report else "")
+        + (f"; report: {out / 'report' / REPORT_PAGE}" if recipe.report else "")
     )
     return 0 if passed else 1
 
 
 # ------------------------------------------------------------------ stage bodies
+# Each takes its inputs first and the folder last (what `Stages.run` passes): thin
+# adapters over the stage library, which does the work and writes the files.
 
 
 def finetune_teacher(cfg: TeacherConfig, folder: Path) -> None:
-    from edgekd.distill.teacher import train_teacher
+    from edgekd.stages.teacher import teacher
 
-    train_teacher(cfg, folder)
+    teacher(cfg, folder)
 
 
 def distill(cfg: DistillConfig, folder: Path) -> None:
-    from edgekd.distill.trainer import run_distill
+    from edgekd.stages.distill import distill
 
-    run_distill(cfg, folder)
+    distill(cfg, folder)
 
 
 def export(student: Path, cfg: ExportConfig, folder: Path) -> None:
-    from edgekd.exporters.run import run_export
+    from edgekd.stages.export import export
 
-    run_export(student, folder, cfg)
+    export(cfg, student, folder)
 
 
 def export_teacher_onnx(teacher: str, folder: Path) -> None:
@@ -425,8 +436,7 @@ def export_teacher_onnx(teacher: str, folder: Path) -> None:
 
 
 def exported_models(export_dir: Path) -> list[Path]:
-    report = read_json(export_dir / "export.json")
-    return [export_dir / m["path"] for m in report["models"].values()]
+    return ExportReport.read(export_dir).model_paths(export_dir)
 
 
 def median_length(teacher: str, data: DataConfig) -> int:
@@ -454,70 +464,49 @@ def dev_texts(data: DataConfig) -> list[Any]:
 
 
 def profile_models(models: list[Path], recipe: Recipe, seq_len: int, folder: Path) -> None:
-    from edgekd.devices.profile import profile_model
+    from edgekd.stages.profile import profile
 
     p = recipe.profile
-    texts = dev_texts(recipe.data)
-    jobs = [(device, model) for device in p.devices for model in models]
+    cfg = ProfileConfig(
+        devices=p.devices,
+        hosts=p.hosts,
+        threads=p.threads,
+        runs=p.runs,
+        trials=p.trials,
+        warmup=p.warmup,
+        seq_lens=[seq_len],
+    )
     with atomic_dir(folder) as tmp:
-        for device, model in track(jobs, f"profile {len(models)} model(s)"):
-            r = profile_model(
-                model,
-                device,
-                p.threads,
-                p.runs,
-                p.warmup,
-                seq_len,
-                texts,
-                p.trials,
-                host=p.hosts.get(device),
-            )
-            name = r["device"]  # the spec's name: an entry may be a path to a YAML spec
+        for r in profile(cfg, models, tmp, dev_texts(recipe.data)):
+            assert isinstance(r, ProfileResult)  # one length: no sweep
             console.print(
-                f"{name} {model.name}: p50 {r['p50_ms']:.3f} ms, p90 {r['p90_ms']:.3f} ms"
-                + (" [yellow](noisy)[/]" if r["noisy"] else "")
+                f"{r.device} {Path(r.model).name}: p50 {r.p50_ms:.3f} ms, p90 {r.p90_ms:.3f} ms"
+                + (" [yellow](noisy)[/]" if r.noisy else "")
             )
-            write_json(tmp / f"profile-{name}-{model.stem}.json", r)
 
 
 def write_report_into(run_dir: Path, only: list[Path], folder: Path) -> None:
-    from edgekd.report import write_report
+    from edgekd.stages.report import report
 
-    write_report(run_dir, folder, only)
+    report(run_dir, folder, only)
 
 
 def check(
     budget: Budget, dirs: list[Path], specs: dict[str, Any], threads: int | None, folder: Path
 ) -> None:
-    """One check per device; JSON + JUnit per device, like `edgekd check` writes."""
+    """One check per device (JSON + JUnit each), the shape `edgekd check` writes."""
     from edgekd.render import print_check
+    from edgekd.stages.check import check
 
     with atomic_dir(folder) as tmp:
         for spec in specs.values():
-            device = spec.name  # what the profiles call it, and the budget's `devices:` key
-            b = budget.for_device(device, spec.budget)
-            explicit = (
-                "threads" in budget.model_fields_set
-                or "threads" in budget.devices.get(device, {})
-                or "threads" in spec.budget
+            # The spec's name: what the profiles call it, and the budget's `devices:` key;
+            # latency limits apply at the threads the profiles ran with.
+            result = check(
+                budget, dirs, tmp, spec.name, threads or spec.threads, defaults=spec.budget
             )
-            if not explicit:  # latency limits apply at the threads the profile ran with
-                b = b.model_copy(update={"threads": threads or spec.threads})
-            results: list[LimitResult] = evaluate(b, collect_metrics(dirs, b))
-            print_check(results, f"budget check: {b.model} model on {device}")
-            write_json(
-                tmp / f"check-{device}.json",
-                {
-                    "model": b.model,
-                    "device": device,
-                    "passed": all(r.passed for r in results),
-                    "limits": [r.to_dict() for r in results],
-                },
-            )
-            (tmp / f"junit-{device}.xml").write_text(
-                junit_xml(results, f"edgekd budget: {b.model} model on {device}")
-            )
+            print_check(result.limits, result.title())
 
 
-def checks_of(folder: Path) -> list[dict[str, Any]]:
-    return [read_json(p) for p in sorted(folder.glob("check-*.json"))]
+def checks_of(folder: Path) -> list[CheckResult]:
+    return [CheckResult.read(p) for p in sorted(folder.glob(CHECK_GLOB))]

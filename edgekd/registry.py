@@ -31,6 +31,10 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def names_in_order(self) -> list[str]:
+        """Names in the order they were registered (FORMATS runs in this order)."""
+        return list(self._entries)
+
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 
@@ -41,11 +45,16 @@ class Registry(Generic[T]):
             raise EdgeKDError(f"unknown {self.kind} {name!r}; valid names: {valid}")
         target = self._entries[name]
         if isinstance(target, str):
-            module_name, _, attribute = target.partition(":")
-            resolved: Any = getattr(importlib.import_module(module_name), attribute)
+            resolved: Any = resolve(target)
             self._entries[name] = resolved
             return resolved  # type: ignore[no-any-return]
         return target
+
+
+def resolve(target: str) -> Any:
+    """The object at `"module:attribute"`, imported now."""
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
 
 
 # The built-ins. Adding a kind of student, loss, exporter or device is one file plus
@@ -66,11 +75,16 @@ LOSSES: Registry[Any] = Registry(
         "uniform": "edgekd.distill.losses:UniformTeacherLoss",
     },
 )
-EXPORTERS: Registry[Any] = Registry(
-    "exporter",
+# Export formats, run in this order by the export stage: onnx first (every other format
+# starts from the fp32 graph), the mobile `.ort` last (it converts the model that ships).
+# A student's own ONNX exporter is named by the student (`Student.exporter`).
+FORMATS: Registry[Any] = Registry(
+    "export format",
     {
-        "bilstm": "edgekd.exporters.bilstm:BiLSTMExporter",
-        "bert": "edgekd.exporters.bert:BertExporter",
+        "onnx": "edgekd.exporters.base:OnnxFormat",
+        "int8": "edgekd.exporters.int8:Int8Format",
+        "pte": "edgekd.exporters.executorch:PteFormat",
+        "ort": "edgekd.exporters.mobile:OrtFormat",
     },
 )
 QUANTIZERS: Registry[Any] = Registry(

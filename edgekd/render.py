@@ -9,6 +9,8 @@ from typing import Any
 
 import typer
 
+from edgekd.artifacts import ExportReport
+
 
 def print_profile(r: dict[str, Any]) -> None:
     from rich.console import Console
@@ -106,3 +108,18 @@ def print_check(results: list[Any], title: str) -> None:
             f"[{style}]{r.status}[/]",
         )
     Console().print(table)
+
+
+def print_export(r: ExportReport, out: Path) -> None:
+    """One line per exported model, then what the validation found."""
+    for name, m in r.models.items():
+        typer.echo(
+            f"{name}: {m.path} {m.bytes:,} B, accuracy {m.accuracy:.4f}, "
+            f"agreement with PyTorch {m.agreement:.4f}"
+        )
+    if r.int8_refused:
+        typer.echo("int8: not kept, it was not faster than fp32 here (export.json says why)")
+    typer.echo(
+        f"validated at atol {r.atol:.0e} (max diff {r.models['fp32'].max_abs_diff or 0:.1e}) "
+        f"→ {out}"
+    )

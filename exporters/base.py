@@ -7,20 +7,22 @@ nothing is written.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
+from edgekd.artifacts import MODEL_FILES
+from edgekd.config import ExportConfig
 from edgekd.errors import EdgeKDError
 
 
 class Exporter:
     """Turns one kind of model into ONNX; subclasses declare its graph signature."""
 
-    input_names: ClassVar[tuple[str, ...]]
     output_names: ClassVar[tuple[str, ...]] = ("logits",)
-    dynamic_axes: ClassVar[dict[str, dict[int, str]]]
 
     def __init__(self, atol: float = 1e-4, opset: int = 17) -> None:
         self.atol = atol
@@ -90,3 +92,52 @@ def pad_inputs(feed: dict[str, np.ndarray], batch: int, seq: int) -> dict[str, n
     if "attention_mask" in out:
         out["attention_mask"][:, 0] = 1
     return out
+
+
+# ------------------------------------------------------------------ export formats
+
+
+@dataclass
+class ExportJob:
+    """What every export format sees: the student, its exporter, real dev rows and the
+    export report being built (formats add their entries to it)."""
+
+    cfg: ExportConfig
+    folder: Path  # the export's temp folder: formats write here, beside model.onnx
+    model: Any  # the PyTorch student
+    tokenizer: Any
+    exporter: Exporter
+    task: Any  # TaskData, labels aligned to the student's
+    check: list[dict[str, np.ndarray]]  # real dev rows, tokenized, for validation
+    dev_score: Callable[[Path], dict[str, Any]]  # ONNX file → accuracy, agreement
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+class ExportFormat:
+    """One output format of `edgekd export` (registry `FORMATS`, run in its order)."""
+
+    name: ClassVar[str]
+    # The student capability this format needs (Student.capabilities), if any.
+    needs: ClassVar[str | None] = None
+
+    def wanted(self, cfg: ExportConfig) -> bool:
+        raise NotImplementedError
+
+    def write(self, job: ExportJob) -> None:
+        raise NotImplementedError
+
+
+class OnnxFormat(ExportFormat):
+    """fp32 ONNX through the student's exporter, validated against PyTorch: always
+    first, every other format starts from it."""
+
+    name: ClassVar[str] = "onnx"
+
+    def wanted(self, cfg: ExportConfig) -> bool:
+        return True
+
+    def write(self, job: ExportJob) -> None:
+        max_diff = job.exporter.export(job.model, job.folder / MODEL_FILES["fp32"], job.check)
+        job.report["models"]["fp32"] = {"max_abs_diff": max_diff}
+        if job.exporter.fusions:
+            job.report["models"]["fp32"]["fusions"] = job.exporter.fusions

@@ -1,4 +1,4 @@
-"""ExecuTorch `.pte` for the BiLSTM, lowered with the XNNPACK partitioner.
+"""ExecuTorch `.pte` of a student's fixed-length form, lowered with the XNNPACK partitioner.
 
 `torch.export` cannot trace packed sequences, and it specialises an `nn.LSTM` on
 its sequence length, so the program has a fixed shape: batch 1 × `max_length`
@@ -15,53 +15,16 @@ Optional: needs `pip install executorch` (installs beside torch 2.13).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from torch import nn
 
+from edgekd.artifacts import PTE
+from edgekd.config import ExportConfig
 from edgekd.errors import EdgeKDError
-
-
-class FixedLengthBiLSTM(nn.Module):
-    """The BiLSTM student, exact on right-padded rows of one fixed length, no packing."""
-
-    def __init__(self, student: Any) -> None:
-        super().__init__()
-        if student.config.pair:
-            raise EdgeKDError("the ExecuTorch export takes single texts; pair models use ONNX")
-        self.s = student
-        lstm = student.lstm
-        self.forward_lstm = nn.LSTM(lstm.input_size, lstm.hidden_size, batch_first=True)
-        self.backward_lstm = nn.LSTM(lstm.input_size, lstm.hidden_size, batch_first=True)
-        with torch.no_grad():
-            for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
-                getattr(self.forward_lstm, name).copy_(getattr(lstm, name))
-                getattr(self.backward_lstm, name).copy_(getattr(lstm, f"{name}_reverse"))
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        s = self.s
-        x = s.embedding(input_ids)
-        if s.embedding_proj is not None:
-            x = s.embedding_proj(x)
-        lengths = attention_mask.sum(1, keepdim=True)
-        pos = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
-        # Within its length a row is read backwards; padding positions stay in place.
-        rev = torch.where(pos < lengths, lengths - 1 - pos, pos)
-        index = rev.unsqueeze(-1).expand(-1, -1, x.shape[-1])
-        out_f, _ = self.forward_lstm(x)
-        out_b_rev, _ = self.backward_lstm(torch.gather(x, 1, index))
-        hidden_index = rev.unsqueeze(-1).expand(-1, -1, out_b_rev.shape[-1])
-        out_b = torch.gather(out_b_rev, 1, hidden_index)
-        if s.config.pooling == "last":
-            last = (lengths - 1).unsqueeze(-1).expand(-1, 1, out_f.shape[-1])
-            pooled = torch.cat([torch.gather(out_f, 1, last)[:, 0], out_b[:, 0]], dim=1)
-        else:
-            out = torch.cat([out_f, out_b], dim=-1)
-            pad = attention_mask.unsqueeze(-1) == 0
-            pooled = out.masked_fill(pad, -1e4).max(dim=1).values
-        return s.classifier(torch.relu(s.mlp(pooled)))
+from edgekd.exporters.base import ExportFormat, ExportJob
+from edgekd.progress import console
 
 
 def export_pte(student: Any, path: Path, length: int) -> None:
@@ -75,7 +38,7 @@ def export_pte(student: Any, path: Path, length: int) -> None:
         raise EdgeKDError(
             "the .pte export needs ExecuTorch: pip install executorch (beside torch 2.13)"
         ) from None
-    module = FixedLengthBiLSTM(student).eval()
+    module = student.fixed_length_module().eval()
     example = (torch.ones(1, length, dtype=torch.long), torch.ones(1, length, dtype=torch.long))
     program = torch.export.export(module, example)
     lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
@@ -93,3 +56,40 @@ def run_pte(path: Path, feeds: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
             args = [torch.from_numpy(feed[k][i : i + 1]) for k in ("input_ids", "attention_mask")]
             out.append(method.execute(args)[0].numpy())
     return out
+
+
+class PteFormat(ExportFormat):
+    """ExecuTorch `.pte` for students that declare the `pte` capability."""
+
+    name: ClassVar[str] = "pte"
+    needs: ClassVar[str | None] = "pte"
+
+    def wanted(self, cfg: ExportConfig) -> bool:
+        return cfg.executorch
+
+    def write(self, job: ExportJob) -> None:
+        job.report["executorch"] = make_pte(job.model, job.folder / PTE, job.check, job.exporter)
+
+
+def make_pte(model: Any, path: Path, check: list[dict[str, Any]], exporter: Any) -> dict[str, Any]:
+    """ExecuTorch `.pte` at batch 1 × the student's max length, checked row by row
+    against the PyTorch student on the same real dev rows as the ONNX model."""
+    import numpy as np
+
+    from edgekd.exporters.base import pad_inputs
+    from edgekd.exporters.executorch import export_pte, run_pte
+
+    length = model.config.max_length
+    export_pte(model, path, length)
+    rows = [
+        {k: v[i : i + 1, : int(f["attention_mask"][i].sum())] for k, v in f.items()}
+        for f in check
+        for i in range(f["input_ids"].shape[0])
+    ]
+    got = run_pte(path, [pad_inputs(r, 1, length) for r in rows])
+    want = [exporter.torch_logits(model, r) for r in rows]
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(got, want, strict=True))
+    if diff > exporter.atol:
+        raise EdgeKDError(f".pte logits differ from PyTorch by {diff:.2e} > atol {exporter.atol}")
+    console.print(f"executorch: {path.name} ({diff:.1e} from PyTorch)")
+    return {"path": path.name, "bytes": path.stat().st_size, "length": length, "max_abs_diff": diff}

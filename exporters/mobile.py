@@ -14,7 +14,14 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from edgekd.artifacts import MODEL_FILES
+from edgekd.config import ExportConfig
+from edgekd.exporters.base import ExportFormat, ExportJob
+from edgekd.progress import console
+
+FP32, INT8 = MODEL_FILES["fp32"], MODEL_FILES["int8"]
 
 # Operator types onnxruntime's XNNPACK execution provider registers kernels for
 # (onnxruntime/core/providers/xnnpack/xnnpack_execution_provider.cc). An op-type
@@ -131,3 +138,67 @@ def usability(onnx_path: Path) -> dict[str, Any]:
             "XNNPACK have no LSTM kernel in onnxruntime, so a BiLSTM is CPU-only on phones"
         )
     return report
+
+
+class OrtFormat(ExportFormat):
+    """`.ort` (+ required operators) of the model that ships, and a usability report."""
+
+    name: ClassVar[str] = "ort"
+
+    def wanted(self, cfg: ExportConfig) -> bool:
+        return cfg.mobile or cfg.fixed_shape is not None
+
+    def write(self, job: ExportJob) -> None:
+        shipped = job.folder / (INT8 if "int8" in job.report["models"] else FP32)
+        job.report["mobile"] = make_mobile(shipped, job.cfg, job.check, preset_platform(job.cfg))
+
+
+def preset_platform(cfg: ExportConfig) -> str | None:
+    """The `.ort` converter's target platform for the configured preset."""
+    from edgekd.exporters.quantize import resolve_preset
+
+    return "arm" if resolve_preset(cfg.preset).name == "arm64" else "amd64"
+
+
+def make_mobile(
+    model: Path, cfg: ExportConfig, check: list[dict[str, Any]], platform: str | None
+) -> dict[str, Any]:
+    """`.ort` (+ required operators) for `model`, a fixed-shape variant on request, each
+    checked against the ONNX model it came from, and the mobile usability report."""
+    import numpy as np
+
+    from edgekd.exporters.base import pad_inputs
+    from edgekd.exporters.mobile import fixed_shape, to_ort, usability
+
+    out: dict[str, Any] = {}
+    variants = [(model, None)]
+    if cfg.fixed_shape:
+        batch, seq = (int(x) for x in cfg.fixed_shape.split("x"))
+        fixed = model.with_name(f"{model.stem}.fixed.onnx")
+        variants.append((fixed_shape(model, fixed, batch, seq), (batch, seq)))
+    for onnx_path, shape in variants:
+        files = to_ort(onnx_path, model.parent, platform)
+        feeds = check if shape is None else [pad_inputs(f, *shape) for f in check[:1]]
+        diff = max(
+            float(np.abs(a - b).max())
+            for a, b in zip(
+                run_model(files[".ort"], feeds), run_model(onnx_path, feeds), strict=True
+            )
+        )
+        out[onnx_path.name] = {
+            "ort": files[".ort"].name,
+            "ort_bytes": files[".ort"].stat().st_size,
+            "required_operators": files[".required_operators.config"].name,
+            "max_abs_diff_vs_onnx": diff,
+            "usability": usability(onnx_path),
+        }
+        console.print(f"mobile: {files['.ort'].name} ({diff:.1e} from its ONNX model)")
+    return out
+
+
+def run_model(path: Path, feeds: list[dict[str, Any]]) -> list[Any]:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+    return [session.run(None, {k: v for k, v in f.items() if k in names})[0] for f in feeds]

@@ -151,7 +151,7 @@ def build_other_vocab(folder: Path) -> Path:
 def distill_tiny_bilstm(teacher: Path, data: Path, out: Path, epochs: int = 1) -> Path:
     """A small BiLSTM student (16-d embeddings, 8 units) distilled from `teacher`."""
     from edgekd.config import DataConfig, DistillConfig
-    from edgekd.distill.trainer import run_distill
+    from edgekd.stages.distill import distill as run_distill
 
     options = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
     cfg = DistillConfig(

@@ -21,15 +21,15 @@ runner = CliRunner()
 def world(tmp_path_factory, tiny_teacher, tiny_data) -> Path:
     """A user's folder: data, a teacher, a student, its export and bundle, and bad files."""
     from conftest import distill_tiny_bilstm
-    from edgekd.bundle import make_bundle
     from edgekd.config import ExportConfig
-    from edgekd.exporters.run import run_export
+    from edgekd.stages.bundle import make_bundle
+    from edgekd.stages.export import export as run_export
 
     w = tmp_path_factory.mktemp("world")
     shutil.copytree(tiny_data, w / "data")
     shutil.copytree(tiny_teacher, w / "teacher")
     distill_tiny_bilstm(w / "teacher", w / "data", w / "student")
-    run_export(w / "student", w / "export", ExportConfig(guard=False))
+    run_export(ExportConfig(guard=False), w / "student", w / "export")
     make_bundle(w / "export", w / "bundle")
     bad = w / "bad"
     bad.mkdir()
@@ -245,13 +245,19 @@ def test_an_unmeasured_or_garbage_metric_fails_the_gate(tmp_path):
     art = tmp_path / "export"
     art.mkdir()
     (art / "export.json").write_text(
-        json.dumps({"models": {"int8": {"path": "m.onnx", "bytes": "900", "accuracy": None}}})
+        json.dumps({"models": {"int8": {"path": "m.onnx", "bytes": None, "accuracy": None}}})
     )
     budget = tmp_path / "b.yaml"
     budget.write_text("max_bytes: 1000\nmin_accuracy: 0.5\n")
     r = runner.invoke(app, ["check", str(art), "--budget", str(budget), "--json", "-"])
-    assert r.exit_code == 1  # a limit failed: never a pass on garbage
+    assert r.exit_code == 1  # a limit failed: never a pass on a missing value
     assert {x["status"] for x in json.loads(r.stdout)["limits"]} == {"missing"}
+    # A string where a number belongs is a malformed file (exit 2), never 900 bytes.
+    (art / "export.json").write_text(
+        json.dumps({"models": {"int8": {"path": "m.onnx", "bytes": "900", "accuracy": 0.9}}})
+    )
+    r = runner.invoke(app, ["check", str(art), "--budget", str(budget)])
+    assert r.exit_code == 2 and "models.int8.bytes" in r.stderr, r.output
 
 
 def test_an_internal_error_is_exit_4_with_a_pointer_to_debug(monkeypatch, tmp_path):
@@ -275,7 +281,7 @@ def test_an_unwritable_output_is_refused_before_any_work(tmp_path, monkeypatch, 
     # As root this machine writes anywhere, so the permission check is made to say no.
     import os
 
-    import edgekd.distill.trainer as trainer
+    import edgekd.stages.distill as trainer
 
     real = os.access
     monkeypatch.setattr(os, "access", lambda p, m: False if "ro" in str(p) else real(p, m))

@@ -133,7 +133,7 @@ def test_collect_metrics_takes_latency_and_memory_from_the_device_profile(tmp_pa
 def test_junit_xml_has_one_case_per_limit_and_counts_failures():
     import xml.etree.ElementTree as ET
 
-    from edgekd.budget import junit_xml
+    from edgekd.stages.check import junit_xml
 
     results = evaluate(
         Budget(max_bytes=10, min_accuracy=0.9, max_p90_ms=1), {"bytes": 5, "accuracy": 0.8}
@@ -147,7 +147,7 @@ def test_junit_xml_has_one_case_per_limit_and_counts_failures():
 
 
 def test_bench_entries_are_smaller_is_better():
-    from edgekd.budget import bench_entries
+    from edgekd.stages.check import bench_entries
 
     results = evaluate(Budget(max_bytes=10, min_accuracy=0.5), {"bytes": 5, "accuracy": 0.875})
     assert bench_entries(results, "int8") == [

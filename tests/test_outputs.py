@@ -31,11 +31,11 @@ def user_files(folder: Path) -> dict[Path, bytes]:
 def exported(tmp_path_factory, tiny_teacher, tiny_data):
     from conftest import distill_tiny_bilstm
     from edgekd.config import ExportConfig
-    from edgekd.exporters.run import run_export
+    from edgekd.stages.export import export as run_export
 
     root = tmp_path_factory.mktemp("chain")
     distill_tiny_bilstm(tiny_teacher, tiny_data, root / "student")
-    run_export(root / "student", root / "export", ExportConfig(guard=False))
+    run_export(ExportConfig(guard=False), root / "student", root / "export")
     return root
 
 
@@ -56,7 +56,7 @@ def test_out_holding_user_files_is_refused_and_left_intact(
 ):
     out = tmp_path / "mine"
     before = user_files(out)
-    import edgekd.distill.trainer as trainer
+    import edgekd.stages.distill as trainer
 
     monkeypatch.setattr(trainer, "load_task", lambda *a: pytest.fail("work started"))
     r = runner.invoke(app, commands(exported, out, tiny_teacher, tiny_data)[command])

@@ -8,7 +8,6 @@ its speedup and its agreement with the fp32 teacher are measured on dev.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Callable
@@ -25,6 +24,8 @@ from edgekd.progress import console
 
 # (texts, progress description) → logits (N × C, float32), rows in the order of texts
 Labeler = Callable[[list[str], str], np.ndarray]
+# (config, teacher name, teacher fingerprint) → a faster labeler (the int8 ONNX teacher)
+FastLabeler = Callable[[DistillConfig, str, str], Labeler]
 
 
 def augmented_texts(
@@ -60,27 +61,6 @@ def torch_labeler(cfg: DistillConfig, model: Any, tokenizer: Any) -> Labeler:
     return lambda texts, what: teacher_logits(
         model, tokenizer, texts, cfg.teacher_batch_size, cfg.teacher_max_length, what
     )
-
-
-def int8_onnx_labeler(cfg: DistillConfig, name: str, fingerprint: str) -> Labeler:
-    """The teacher exported to ONNX and dynamically quantized, built once per teacher."""
-    from edgekd.exporters.quantize import DynamicInt8Quantizer
-    from edgekd.exporters.teacher import export_teacher
-    from edgekd.students.predict import OnnxPredictor
-
-    folder = cache_dir(cfg).parent / "teachers" / fingerprint[:32]
-    if not (folder / "model.int8.onnx").is_file():
-        with console.status(f"exporting {name} to int8 ONNX for labelling"):
-            export_teacher(name, folder)
-            tmp = folder / f".model.int8.onnx.tmp-{os.getpid()}"
-            DynamicInt8Quantizer().quantize(folder / "model.onnx", tmp)
-            os.replace(tmp, folder / "model.int8.onnx")
-    predictor = OnnxPredictor(
-        folder / "model.int8.onnx",
-        batch_size=cfg.teacher_batch_size,
-        max_length=cfg.teacher_max_length,
-    )
-    return lambda texts, what: predictor.logits(texts, what)
 
 
 def label_splits(
@@ -133,6 +113,7 @@ def teacher_labels(
     teacher: Any,
     tokenizer: Any,
     label_names: list[str],
+    fast_labeler: FastLabeler | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, bool], dict[str, Any]]:
     """Logits for every split from the configured teacher(s) and runtime.
 
@@ -154,7 +135,11 @@ def teacher_labels(
         if cfg.teacher_runtime == "torch":
             logits, teacher_hits = label_splits(cfg, fp, splits, reference, "torch")
         else:
-            fast = int8_onnx_labeler(cfg, name, fp)
+            if fast_labeler is None:  # the runtime lives a layer up (exporters): injected
+                raise EdgeKDError(
+                    f"teacher_runtime {cfg.teacher_runtime!r} needs a labeler; use torch"
+                )
+            fast = fast_labeler(cfg, name, fp)
             rest = {k: v for k, v in splits.items() if k != "dev"}
             logits, teacher_hits = label_splits(cfg, fp, rest, fast, cfg.teacher_runtime)
             logits["dev"], timing = compare_runtimes(reference, fast, splits["dev"])

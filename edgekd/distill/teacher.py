@@ -99,26 +99,6 @@ def teacher_logits(
     return out
 
 
-def train_teacher(
-    cfg: TeacherConfig, out_dir: str | Path, overwrite: bool = False
-) -> dict[str, Any]:
-    """The teacher stage: fine-tune into `out_dir` (written whole, or not at all) with its
-    resolved config.yaml and metrics.json; a killed run resumes from its last epoch."""
-    from edgekd.config import save_config
-    from edgekd.data import load_task
-    from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
-    from edgekd.io import atomic_dir, check_output, write_json
-
-    check_output(out_dir, overwrite)  # before any data is read
-    task = load_task(cfg.data)
-    with atomic_dir(out_dir, overwrite) as tmp:
-        metrics = finetune(cfg, task, tmp, checkpoint_dir(out_dir))
-        save_config(cfg, tmp / "config.yaml")
-        write_json(tmp / "metrics.json", metrics)
-    discard_checkpoint(out_dir)
-    return metrics
-
-
 def finetune(
     cfg: TeacherConfig, task: TaskData, out_dir: Path, checkpoint: Path | None = None
 ) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import random
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -18,16 +17,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgekd.config import DistillConfig, check_options, refuse_unknown, save_config
-from edgekd.data import Split, bucketed_batches, load_task
-from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
-from edgekd.distill.labeling import augmented_texts, teacher_labels
-from edgekd.distill.losses import NO_LABEL
+from edgekd.config import DistillConfig, check_options, refuse_unknown
+from edgekd.data import Split, bucketed_batches
 from edgekd.errors import EdgeKDError
-from edgekd.io import atomic_dir, write_json
 from edgekd.progress import console, progress_bar
 from edgekd.registry import AUGMENTERS, LAYER_LOSSES, LOSSES, STUDENTS
-from edgekd.students.base import Student, predict_logits, save_student
+from edgekd.students.base import Student, predict_logits
 from edgekd.students.tokenizer import StudentTokenizer
 
 
@@ -316,7 +311,7 @@ def check_methods(cfg: DistillConfig, student_cls: Any) -> None:
     mapping = cfg.intermediate_options.get("layer_map", "uniform")
     if mapping not in LAYER_MAPS:
         raise EdgeKDError(f"unknown layer_map {mapping!r}; valid: {', '.join(LAYER_MAPS)}")
-    if not getattr(student_cls, "has_hidden_states", False):
+    if "hidden_states" not in student_cls.capabilities:
         raise EdgeKDError(
             f"intermediate loss {cfg.intermediate!r} needs a transformer student; "
             "use --student bert"
@@ -386,149 +381,3 @@ def build_extras(
 
         extras.selector = MinimaxSelector(np.array(sources, dtype=np.int64), cfg.augment.minimax_k)
     return extras
-
-
-def run_takd(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
-    """Teacher-assistant KD (Mirzadeh et al. 2020, "Improved Knowledge Distillation via
-    Teacher Assistant", arXiv:1902.03393): two runs from one config.
-
-    Run 1 distils the teacher into the assistant (`cfg.assistant` overrides any field:
-    student, student_options, intermediate, epochs...); run 2 distils the assistant
-    into the configured student. The folder holds the student, its config (with the
-    `assistant` section) and the assistant in `assistant/`. In the metrics,
-    `teacher_accuracy` is the original teacher's and `agreement` is with the assistant.
-    """
-    import os
-
-    from edgekd.config import validate
-
-    assert cfg.assistant is not None
-    base = cfg.model_dump(exclude={"assistant"})
-    a_cfg = validate(DistillConfig, {**base, **cfg.assistant}, "assistant")
-    if not getattr(STUDENTS.get(a_cfg.student), "has_hidden_states", False):
-        raise EdgeKDError(
-            f"assistant student {a_cfg.student!r} cannot teach (it is no HF classifier); "
-            "use an assistant with student: bert"
-        )
-    with atomic_dir(out_dir, overwrite) as tmp:
-        console.print(f"TAKD run 1/2: {cfg.teacher} → assistant ({a_cfg.student})")
-        a_metrics = run_distill(a_cfg, tmp / "assistant")
-        console.print(f"TAKD run 2/2: assistant → student ({cfg.student})")
-        s_cfg = cfg.model_copy(update={"assistant": None, "teacher": str(tmp / "assistant")})
-        metrics = run_distill(s_cfg, tmp / "student")
-        for item in (tmp / "student").iterdir():
-            os.replace(item, tmp / item.name)
-        shutil.rmtree(tmp / "student")
-        metrics.update(
-            teacher=cfg.teacher,
-            assistant_accuracy=metrics["teacher_accuracy"],
-            teacher_accuracy=a_metrics["teacher_accuracy"],
-            assistant=cfg.assistant,
-        )
-        save_config(cfg.model_copy(update={"lr": metrics["lr"]}), tmp / "config.yaml")
-        write_json(tmp / "metrics.json", metrics)
-    return metrics
-
-
-def run_distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -> dict[str, Any]:
-    """Distil `cfg.teacher` into a student folder at `out_dir`; return its metrics.
-    `overwrite`: write beside files in `out_dir` that edgekd did not write (kept)."""
-    from edgekd.data import align_labels
-    from edgekd.distill.teacher import load_teacher, teacher_label_names
-    from edgekd.io import check_output
-
-    check_output(out_dir, overwrite)  # before the teacher labels anything
-    if cfg.assistant is not None:
-        return run_takd(cfg, out_dir, overwrite)
-    preflight(cfg)
-    torch.manual_seed(cfg.seed)
-    seconds: dict[str, float] = {}
-    t = time.perf_counter()
-    task = load_task(cfg.data)
-    teacher, teacher_tok = load_teacher(cfg.teacher)
-    task = align_labels(task, teacher_label_names(teacher.config))
-    seconds["load"] = time.perf_counter() - t
-
-    from accelerate import PartialState
-
-    state = PartialState()
-    t = time.perf_counter()
-    extra, sources = augmented_texts(cfg, task.train.texts, teacher_tok)
-    seconds["augment"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    splits = {"train": task.train.texts, "dev": task.dev.texts}
-    if extra:
-        splits["augmented"] = extra
-    # Under `accelerate launch`, the main process labels first and writes the cache; the
-    # others then read it instead of running the teacher again.
-    with state.main_process_first():
-        logits, hits, runtime = teacher_labels(cfg, splits, teacher, teacher_tok, task.label_names)
-    dev_logits = logits["dev"]
-    seconds["teacher_logits"] = time.perf_counter() - t
-    # Augmented rows carry soft logits only: their gold label is NO_LABEL.
-    transfer = Split(task.train.texts + extra, task.train.labels + [NO_LABEL] * len(extra))
-    train_logits = np.concatenate([logits["train"], logits.get("augmented", logits["train"][:0])])
-
-    t = time.perf_counter()
-    try:
-        student, tok = STUDENTS.get(cfg.student).prepare(
-            cfg.student_options, transfer.texts, task.num_labels, teacher, teacher_tok
-        )
-    except (ValueError, TypeError) as e:  # pydantic errors are ValueErrors
-        raise EdgeKDError(
-            f"student options {cfg.student_options}: {str(e).splitlines()[0]}; fix --student-option"
-        ) from None
-    pairs = not isinstance(task.train.texts[0], str)
-    extras = build_extras(cfg, student, tok, teacher, teacher_tok, sources, len(task.train), pairs)
-    if extras.teacher is None:
-        del teacher  # not needed past this point; free its memory
-    seconds["prepare_student"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    # Every process resumes from the checkpoint (they must agree on the epoch and the
-    # weights); only the main one writes it.
-    checkpoint = checkpoint_dir(out_dir)
-    fit = train_student(
-        cfg, student, tok, transfer, task.dev, train_logits, dev_logits, extras, checkpoint
-    )
-    seconds["train"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    pred = predict_logits(student, tok, tok.ids(task.dev.texts)).argmax(1)
-    gold, teacher_pred = np.array(task.dev.labels), dev_logits.argmax(1)
-    seconds["eval"] = time.perf_counter() - t
-
-    metrics = {
-        "teacher": cfg.teacher,
-        "extra_teachers": cfg.extra_teachers,
-        "teacher_runtime": runtime,
-        "student": cfg.student,
-        "teacher_accuracy": float((teacher_pred == gold).mean()),
-        "student_accuracy": float((pred == gold).mean()),
-        "agreement": float((pred == teacher_pred).mean()),
-        **student.params(),
-        "init": student.init_notes,
-        "lr": cfg.lr or student.default_lr,
-        "intermediate": cfg.intermediate,
-        "vocab_size": tok.vocab_size,
-        "n_train": len(task.train),
-        "n_augmented": len(extra),
-        "n_dev": len(task.dev),
-        "labels": task.label_names,
-        "cache_hits": hits,
-        "seconds": {k: round(v, 2) for k, v in seconds.items()},
-        **fit,
-        "data_notes": task.notes,
-    }
-    if not state.is_main_process:
-        return metrics  # one writer: the main process
-    with atomic_dir(out_dir, overwrite) as tmp:
-        save_student(tmp, student, tok, task.label_names)
-        # The resolved config: the learning rate the student's default gave, not "unset".
-        save_config(
-            cfg.model_copy(update={"lr": cfg.lr or student.default_lr}), tmp / "config.yaml"
-        )
-        write_json(tmp / "metrics.json", metrics)
-    discard_checkpoint(out_dir)  # the run is done: nothing to resume
-    return metrics

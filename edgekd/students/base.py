@@ -35,8 +35,15 @@ class Student(nn.Module):
 
     name: ClassVar[str]
     Config: ClassVar[type[BaseModel]]
-    has_hidden_states: ClassVar[bool] = False  # forward(..., return_hidden=True) works
     default_lr: ClassVar[float] = 1e-3  # Adam; Tang et al.'s BiLSTM setting
+    # What the rest of edgekd may do with this student, so no code outside students/
+    # tests a student's name: "hidden_states" (forward(..., return_hidden=True): layer
+    # losses, teaching an assistant run), "pairs" (sentence-pair input), "mixup" (MixKD
+    # on one token sequence per row), "trim" (`trimmed`), "pte" (`fixed_length_module`).
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+    # Its ONNX exporter ("module:Class"); the generic one traces `forward` with the
+    # inputs and axes the student declares (`onnx_inputs`, `dummy_inputs`).
+    exporter: ClassVar[str] = "edgekd.exporters.torch_onnx:TorchOnnxExporter"
 
     def __init__(self, config: Any, vocab_size: int, num_labels: int) -> None:
         super().__init__()
@@ -47,6 +54,27 @@ class Student(nn.Module):
 
     def save_extra(self, folder: Path, id2label: list[str]) -> None:
         """Write files beyond weights, tokenizer and student.json (none by default)."""
+
+    def onnx_inputs(self) -> dict[str, dict[int, str]]:
+        """Graph inputs in `forward`'s order, each with its dynamic axes."""
+        return {
+            "input_ids": {0: "batch", 1: "sequence"},
+            "attention_mask": {0: "batch", 1: "sequence"},
+        }
+
+    def dummy_inputs(self) -> dict[str, np.ndarray]:
+        """Inputs that exercise every dynamic axis: three rows of lengths 7, 4 and 1
+        padded to 7 check batching, padding and the shortest text in one run."""
+        return dummy_rows(self.vocab_size, {"": (7, 4, 1)})
+
+    def fixed_length_module(self) -> nn.Module:
+        """The same logits from a graph `torch.export` can trace at one fixed length
+        (capability "pte")."""
+        raise NotImplementedError(f"student {self.name!r} has no fixed-length form")
+
+    def trimmed(self, keep: list[int]) -> Student:
+        """A copy whose vocabulary is the rows `keep` of this one (capability "trim")."""
+        raise NotImplementedError(f"student {self.name!r} cannot be trimmed")
 
     @classmethod
     def prepare(
@@ -195,3 +223,17 @@ def mix_embeddings(
     x = x * mask.unsqueeze(-1).to(x.dtype)
     lam = lam.view(-1, 1, 1).to(x.dtype)
     return lam * x + (1 - lam) * x[perm]
+
+
+def dummy_rows(vocab_size: int, sides: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Seeded ids and masks per input suffix ("" or "_b"), rows of the given lengths."""
+    rng = np.random.default_rng(0)
+    out = {}
+    for suffix, lengths in sides.items():
+        ids = rng.integers(1, vocab_size, size=(len(lengths), max(lengths)), dtype=np.int64)
+        mask = np.ones_like(ids)
+        for row, length in enumerate(lengths):
+            mask[row, length:] = 0
+            ids[row, length:] = 0
+        out.update({f"input_ids{suffix}": ids, f"attention_mask{suffix}": mask})
+    return out

@@ -59,7 +59,10 @@ class BertStudentConfig(StrictModel):
 class BertStudent(Student):
     name = "bert"
     Config = BertStudentConfig
-    has_hidden_states = True
+    capabilities = frozenset({"hidden_states", "pairs", "mixup"})
+    # Saved as an HF checkpoint and exported through optimum, then fused (attention,
+    # skip+LayerNorm, bias+GELU) before int8.
+    exporter = "edgekd.exporters.bert:BertExporter"
     # Fine-tuning rate for pretrained transformer weights (BERT's 2e-5..5e-5 range).
     default_lr = 5e-5
 

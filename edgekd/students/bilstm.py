@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from pydantic import Field
 from torch import nn
 
 from edgekd.config import StrictModel
 from edgekd.data import sides_of
-from edgekd.students.base import Student, project_rows, teacher_rows_for
+from edgekd.errors import EdgeKDError
+from edgekd.students.base import Student, dummy_rows, project_rows, teacher_rows_for
 from edgekd.students.tokenizer import (
     StudentTokenizer,
     build_word_tokenizer,
@@ -59,6 +61,7 @@ class BiLSTMConfig(StrictModel):
 class BiLSTMStudent(Student):
     name = "bilstm"
     Config = BiLSTMConfig
+    capabilities = frozenset({"pairs", "mixup", "trim", "pte"})
 
     def __init__(self, config: BiLSTMConfig, vocab_size: int, num_labels: int) -> None:
         super().__init__(config, vocab_size, num_labels)
@@ -94,6 +97,32 @@ class BiLSTMStudent(Student):
             pooled = torch.cat([pooled, other, pooled * other, (pooled - other).abs()], dim=1)
         hidden = torch.relu(self.mlp(self.dropout(pooled)))
         return self.classifier(self.dropout(hidden))
+
+    def onnx_inputs(self) -> dict[str, dict[int, str]]:
+        axes = super().onnx_inputs()
+        if self.config.pair:  # the second texts, with their own length axis
+            axes |= {
+                "input_ids_b": {0: "batch", 1: "sequence_b"},
+                "attention_mask_b": {0: "batch", 1: "sequence_b"},
+            }
+        return axes
+
+    def dummy_inputs(self) -> dict[str, np.ndarray]:
+        # Pairs get second texts of lengths 1, 5 and 3 (a one-token side too).
+        sides = {"": (7, 4, 1), **({"_b": (1, 5, 3)} if self.config.pair else {})}
+        return dummy_rows(self.vocab_size, sides)
+
+    def fixed_length_module(self) -> nn.Module:
+        if self.config.pair:
+            raise EdgeKDError("the fixed-length form takes single texts; pair models use ONNX")
+        return FixedLengthBiLSTM(self)
+
+    def trimmed(self, keep: list[int]) -> BiLSTMStudent:
+        out = type(self)(self.config, len(keep), self.num_labels)
+        state = self.state_dict()
+        state["embedding.weight"] = self.embedding.weight.detach()[torch.tensor(keep)].clone()
+        out.load_state_dict(state)
+        return out.eval()
 
     def encode(
         self,
@@ -173,3 +202,41 @@ class BiLSTMStudent(Student):
                         torch.eye(config.embedding_dim, config.embedding_rank or 1)
                     )
         return model, tok
+
+
+class FixedLengthBiLSTM(nn.Module):
+    """The BiLSTM student, exact on right-padded rows of one fixed length, no packing."""
+
+    def __init__(self, student: Any) -> None:
+        super().__init__()
+        self.s = student
+        lstm = student.lstm
+        self.forward_lstm = nn.LSTM(lstm.input_size, lstm.hidden_size, batch_first=True)
+        self.backward_lstm = nn.LSTM(lstm.input_size, lstm.hidden_size, batch_first=True)
+        with torch.no_grad():
+            for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+                getattr(self.forward_lstm, name).copy_(getattr(lstm, name))
+                getattr(self.backward_lstm, name).copy_(getattr(lstm, f"{name}_reverse"))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        s = self.s
+        x = s.embedding(input_ids)
+        if s.embedding_proj is not None:
+            x = s.embedding_proj(x)
+        lengths = attention_mask.sum(1, keepdim=True)
+        pos = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        # Within its length a row is read backwards; padding positions stay in place.
+        rev = torch.where(pos < lengths, lengths - 1 - pos, pos)
+        index = rev.unsqueeze(-1).expand(-1, -1, x.shape[-1])
+        out_f, _ = self.forward_lstm(x)
+        out_b_rev, _ = self.backward_lstm(torch.gather(x, 1, index))
+        hidden_index = rev.unsqueeze(-1).expand(-1, -1, out_b_rev.shape[-1])
+        out_b = torch.gather(out_b_rev, 1, hidden_index)
+        if s.config.pooling == "last":
+            last = (lengths - 1).unsqueeze(-1).expand(-1, 1, out_f.shape[-1])
+            pooled = torch.cat([torch.gather(out_f, 1, last)[:, 0], out_b[:, 0]], dim=1)
+        else:
+            out = torch.cat([out_f, out_b], dim=-1)
+            pad = attention_mask.unsqueeze(-1) == 0
+            pooled = out.masked_fill(pad, -1e4).max(dim=1).values
+        return s.classifier(torch.relu(s.mlp(pooled)))

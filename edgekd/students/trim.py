@@ -14,7 +14,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import torch
 from tokenizers import Tokenizer
 
 from edgekd.errors import EdgeKDError
@@ -76,20 +75,16 @@ def trim_student(
     overwrite: bool = False,
 ) -> dict[str, Any]:
     """Write a trimmed copy of a BiLSTM student folder; return what changed."""
-    from edgekd.io import atomic_dir, check_output, write_json
+    from edgekd.io import atomic_dir, check_output
 
     check_output(out_dir, overwrite)
     model, tok, labels = load_student(student_dir)
-    if model.name != "bilstm":
-        raise EdgeKDError(f"trimming is for the bilstm student, not {model.name!r}")
+    if "trim" not in model.capabilities:
+        raise EdgeKDError(f"student {model.name!r} cannot be trimmed (no 'trim' capability)")
     keep = kept_ids(tok, token_counts(tok, texts), min_freq, keep_top)
     new_tok = remap_tokenizer(tok, keep)
     table = model.embedding.weight.detach()
-    trimmed = type(model)(model.config, len(keep), model.num_labels)
-    state = model.state_dict()
-    state["embedding.weight"] = table[torch.tensor(keep)].clone()
-    trimmed.load_state_dict(state)
-    trimmed.eval()
+    trimmed = model.trimmed(keep)
     report = {
         "vocab_before": model.vocab_size,
         "vocab_after": len(keep),
@@ -103,5 +98,4 @@ def trim_student(
         for extra in ("config.yaml",):
             if (Path(student_dir) / extra).is_file():
                 (tmp / extra).write_bytes((Path(student_dir) / extra).read_bytes())
-        write_json(tmp / "trim.json", report)
     return report

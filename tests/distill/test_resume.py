@@ -73,8 +73,8 @@ def test_a_changed_config_does_not_resume_and_names_the_field(
 ):
     from edgekd.config import DataConfig, DistillConfig
     from edgekd.distill import checkpoint as ckpt
-    from edgekd.distill import trainer
-    from edgekd.distill.trainer import run_distill
+    from edgekd.stages import distill as stage
+    from edgekd.stages.distill import distill as run_distill
 
     options = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
     cfg = DistillConfig(
@@ -82,7 +82,7 @@ def test_a_changed_config_does_not_resume_and_names_the_field(
         student_options=options,
     )  # fmt: skip
     # Keep the checkpoint of a first run (a finished run removes what edgekd owns).
-    monkeypatch.setattr(trainer, "discard_checkpoint", lambda out: None)
+    monkeypatch.setattr(stage, "discard_checkpoint", lambda out: None)
     run_distill(cfg, tmp_path / "s")
     assert (tmp_path / ".s.resume" / "state.json").is_file()
     printed: list[str] = []

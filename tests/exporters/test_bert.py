@@ -34,7 +34,7 @@ def test_bert_static_int8_quantizes_the_unfused_graph_with_qdq(tiny_teacher, tin
 
     from edgekd.config import DataConfig, ExportConfig
     from edgekd.distill.teacher import load_teacher
-    from edgekd.exporters.run import run_export
+    from edgekd.stages.export import export as run_export
     from edgekd.students.base import save_student
 
     model, tok = BertStudent.prepare({"layers": 1}, ["x"], 2, *load_teacher(str(tiny_teacher)))
@@ -43,7 +43,7 @@ def test_bert_static_int8_quantizes_the_unfused_graph_with_qdq(tiny_teacher, tin
     data = DataConfig(spec=str(tiny_data))
     for mode in ("static", "dynamic"):
         cfg = ExportConfig(int8_mode=mode, guard=False)
-        report = run_export(tmp_path / "s", tmp_path / mode, cfg, data)
+        report = run_export(cfg, tmp_path / "s", tmp_path / mode, data)
         ops = Counter(
             n.op_type for n in onnx.load(str(tmp_path / mode / "model.int8.onnx")).graph.node
         )

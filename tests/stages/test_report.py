@@ -8,7 +8,8 @@ import pytest
 
 from conftest import identity_model
 from edgekd.errors import EdgeKDError
-from edgekd.report import FRONT_COLOUR, collect_points, pareto_front, write_report
+from edgekd.stages.report import FRONT_COLOUR, collect_points, pareto_front
+from edgekd.stages.report import report as write_report
 
 CHROMIUM = (
     shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -112,7 +113,7 @@ def test_report_renders_with_visible_plots_in_headless_chromium(run_dir, tmp_pat
 
 
 def test_label_offsets_stack_labels_of_nearby_markers_only():
-    from edgekd.report import label_offsets
+    from edgekd.stages.report import label_offsets
 
     # x 1.0 and 1.02 (log-close), y equal: the second label goes one line down;
     # x 10 is far on a 1..10 log axis, so its label stays up.

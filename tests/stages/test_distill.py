@@ -4,8 +4,8 @@ import pytest
 from safetensors.torch import load_file
 
 from edgekd.config import DataConfig, DistillConfig
-from edgekd.distill.trainer import run_distill
 from edgekd.errors import EdgeKDError
+from edgekd.stages.distill import distill as run_distill
 
 SMALL = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
 
@@ -74,11 +74,12 @@ def test_train_student_stops_after_patience_and_keeps_best_epoch(
 ):
     import numpy as np
 
-    from edgekd.distill import trainer
-
     # Scripted dev predictions: epoch 1 all right, then all wrong; with patience 2 the
     # loop must stop after epoch 3 and report epoch 1 as best.
-    gold = np.array(trainer.load_task(DataConfig(spec=str(tiny_data))).dev.labels)
+    from edgekd.data import load_task
+    from edgekd.distill import trainer
+
+    gold = np.array(load_task(DataConfig(spec=str(tiny_data))).dev.labels)
     epochs = iter(range(100))
 
     def scripted(model, tok, ids, batch_size=256):
@@ -148,20 +149,20 @@ def test_run_distill_ensemble_averages_teachers(tiny_teacher, tiny_data, tmp_pat
 
     from conftest import build_tiny_bert
     from edgekd.data import load_task
-    from edgekd.distill import trainer
     from edgekd.distill.teacher import load_teacher, teacher_logits
+    from edgekd.stages import distill as stage
 
     other = build_tiny_bert(tmp_path / "other", seed=7)
     dev = load_task(DataConfig(spec=str(tiny_data))).dev
     mean = sum(teacher_logits(*load_teacher(str(t)), dev.texts) for t in (tiny_teacher, other)) / 2
     seen = {}
-    real = trainer.train_student
+    real = stage.train_student
 
     def spy(cfg, model, tok, train, dev_split, train_logits, dev_logits, *rest):
         seen["dev"] = dev_logits
         return real(cfg, model, tok, train, dev_split, train_logits, dev_logits, *rest)
 
-    monkeypatch.setattr(trainer, "train_student", spy)
+    monkeypatch.setattr(stage, "train_student", spy)
     m = run_distill(cfg(tiny_teacher, tiny_data, extra_teachers=[str(other)]), tmp_path / "s")
     np.testing.assert_allclose(seen["dev"], mean, rtol=1e-5, atol=1e-6)
     assert m["teacher_accuracy"] == float((mean.argmax(1) == np.array(dev.labels)).mean())

@@ -1,4 +1,5 @@
-"""ONNX export of the BiLSTM student."""
+"""ONNX export of any student that is a plain `nn.Module`: `torch.onnx.export` of its
+`forward` with the inputs and dynamic axes the student declares (`onnx_inputs`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -40,46 +41,20 @@ def drop_native_stderr_lines(pattern: re.Pattern[str]) -> Iterator[None]:
                     print(line, file=sys.stderr)
 
 
-class BiLSTMExporter(Exporter):
-    input_names = ("input_ids", "attention_mask")
-    dynamic_axes: ClassVar[dict[str, dict[int, str]]] = {
-        "input_ids": {0: "batch", 1: "sequence"},
-        "attention_mask": {0: "batch", 1: "sequence"},
-        "logits": {0: "batch"},
-    }
-    # A siamese pair student reads the second texts too, with their own length axis.
-    pair_axes: ClassVar[dict[str, dict[int, str]]] = {
-        "input_ids_b": {0: "batch", 1: "sequence_b"},
-        "attention_mask_b": {0: "batch", 1: "sequence_b"},
-    }
-
-    def names(self, model: Any) -> list[str]:
-        extra = list(self.pair_axes) if model.config.pair else []
-        return [*self.input_names, *extra]
-
+class TorchOnnxExporter(Exporter):
     def dummy_inputs(self, model: Any) -> dict[str, np.ndarray]:
-        # Three rows of lengths 7, 4 and 1 padded to 7: checks batching, padding and the
-        # shortest possible text in one run. Pairs get second texts of lengths 1, 5, 3.
-        rng = np.random.default_rng(0)
-        out = {}
-        for suffix, lengths in (("", (7, 4, 1)), ("_b", (1, 5, 3))):
-            ids = rng.integers(1, model.vocab_size, size=(3, max(lengths)), dtype=np.int64)
-            mask = np.ones_like(ids)
-            for row, length in enumerate(lengths):
-                mask[row, length:] = 0
-                ids[row, length:] = 0
-            out.update({f"input_ids{suffix}": ids, f"attention_mask{suffix}": mask})
-        return {k: out[k] for k in self.names(model)}
+        return model.dummy_inputs()
 
     def _export(self, model: Any, path: Path) -> None:
         import torch
 
         inputs = self.dummy_inputs(model)
-        names = self.names(model)
+        axes = model.onnx_inputs()
+        names = list(axes)
         model.eval()
         with warnings.catch_warnings(), drop_native_stderr_lines(BENIGN_EXPORT_WARNING):
             warnings.simplefilter("ignore")
-            # The TorchScript exporter (dynamo=False) maps the packed nn.LSTM to one ONNX
+            # The TorchScript exporter (dynamo=False) maps a packed nn.LSTM to one ONNX
             # LSTM op with `sequence_lens`, which onnxruntime's dynamic quantizer turns
             # into DynamicQuantizeLSTM; it also needs no onnxscript.
             torch.onnx.export(
@@ -88,7 +63,7 @@ class BiLSTMExporter(Exporter):
                 str(path),
                 input_names=names,
                 output_names=list(self.output_names),
-                dynamic_axes={**self.dynamic_axes, **(self.pair_axes if model.config.pair else {})},
+                dynamic_axes={**axes, "logits": {0: "batch"}},
                 opset_version=self.opset,
                 dynamo=False,
             )

@@ -20,20 +20,22 @@ from typing import Any
 
 import numpy as np
 
-from edgekd.errors import OUTPUT_REFUSED, EdgeKDError
-from edgekd.io import (
-    MARKER,
-    atomic_dir,
-    check_output,
-    owned_files,
-    read_json,
-    sha256_file,
-    write_json,
+from edgekd.artifacts import (
+    MODEL_FILES,
+    PROFILE_GLOB,
+    TOKENIZER,
+    BundleFile,
+    BundleManifest,
+    ExportReport,
+    ProfileResult,
+    StudentMeta,
+    read_profile,
 )
-from edgekd.students import STUDENT_FILE
+from edgekd.errors import OUTPUT_REFUSED, EdgeKDError
+from edgekd.io import MARKER, atomic_dir, check_output, owned_files, read_json, sha256_file
 
-MANIFEST = "manifest.json"
-MODEL = "model.onnx"
+MANIFEST = BundleManifest.FILE
+MODEL = MODEL_FILES["fp32"]  # whichever model ships, under one name
 FORMAT = 1
 
 
@@ -54,46 +56,46 @@ def make_bundle(
             f"{archive} exists and edgekd did not write it; pass a new --out path", OUTPUT_REFUSED
         )
     export_dir = Path(export_dir)
-    report_path = export_dir / "export.json"
-    if not report_path.is_file():
-        raise EdgeKDError(f"{export_dir} has no export.json; pass an `edgekd export --out` folder")
-    report = read_json(report_path)
-    if model == "auto":
-        model = "int8" if "int8" in report["models"] else "fp32"
-    if model not in report["models"]:
+    if not ExportReport.path(export_dir).is_file():
         raise EdgeKDError(
-            f"{export_dir} has no {model} model (has: {', '.join(report['models'])}); "
+            f"{export_dir} has no {ExportReport.FILE}; pass an `edgekd export --out` folder"
+        )
+    report = ExportReport.read(export_dir)
+    if model == "auto":
+        model = report.shipped()
+    if model not in report.models:
+        raise EdgeKDError(
+            f"{export_dir} has no {model} model (has: {', '.join(report.models)}); "
             "pick another --model"
         )
-    entry = report["models"][model]
-    source = export_dir / entry["path"]
+    entry = report.models[model]  # type: ignore[index]
+    source = export_dir / entry.path
     # The latest `edgekd profile --json` of this model file saved in the export folder.
     profiles = [
-        p
-        for p in sorted(export_dir.glob("profile*.json"), key=lambda p: p.stat().st_mtime)
-        if Path(str(read_json(p).get("model", ""))).name == source.name
+        prof
+        for path in sorted(export_dir.glob(PROFILE_GLOB), key=lambda p: p.stat().st_mtime)
+        if isinstance(prof := read_profile(path), ProfileResult)
+        and Path(prof.model).name == source.name
     ]
     with atomic_dir(out_dir, overwrite) as tmp:
         shutil.copy(source, tmp / MODEL)
-        for name in ("tokenizer.json", STUDENT_FILE):
+        for name in (TOKENIZER, StudentMeta.FILE):
             shutil.copy(export_dir / name, tmp / name)
         files = {
-            p.name: {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+            p.name: BundleFile(sha256=sha256_file(p), bytes=p.stat().st_size)
             for p in sorted(tmp.iterdir())
         }
-        write_json(
-            tmp / MANIFEST,
-            {
-                "format": FORMAT,
-                "model": model,
-                "files": files,
-                "bytes": sum(f["bytes"] for f in files.values()),
-                "accuracy": entry.get("accuracy"),
-                "teacher_accuracy": report.get("teacher_accuracy"),
-                "quantizer": entry.get("quantizer"),
-                "profile": read_json(profiles[-1]) if profiles else None,
-            },
-        )
+        BundleManifest(
+            format=FORMAT,
+            model=model,
+            files=files,
+            bytes=sum(f.bytes for f in files.values()),
+            accuracy=entry.accuracy,
+            labels=StudentMeta.read(tmp).id2label,
+            teacher_accuracy=report.teacher_accuracy,
+            quantizer=entry.get("quantizer"),
+            profile=profiles[-1] if profiles else None,
+        ).write(tmp)
     tmp_zip = archive.with_name(f".{archive.name}.tmp")
     with zipfile.ZipFile(tmp_zip, "w", zipfile.ZIP_DEFLATED) as z:
         for p in sorted(out_dir.iterdir()):
@@ -156,7 +158,7 @@ class Bundle:
         ]
 
 
-def verify(folder: Path) -> dict[str, Any]:
+def verify(folder: Path) -> BundleManifest:
     """The manifest, after checking that the files present are exactly those it lists
     and that each matches its sha256; a one-line error otherwise. An unlisted file is
     refused too: a model swapped in under a new name must not be trusted."""
@@ -182,4 +184,4 @@ def verify(folder: Path) -> dict[str, Any]:
                 f"bundle file {name} does not match its sha256 in {MANIFEST}; "
                 "it was changed or corrupted: rebuild with `edgekd bundle`"
             )
-    return dict(manifest)
+    return BundleManifest.read(folder)

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from edgekd.errors import EdgeKDError
-from edgekd.exporters.bilstm import BiLSTMExporter
 from edgekd.exporters.quantize import DynamicInt8Quantizer
+from edgekd.exporters.torch_onnx import TorchOnnxExporter
 from edgekd.students.bilstm import BiLSTMConfig, BiLSTMStudent
 
 
@@ -20,7 +20,7 @@ def ops(path):
 
 
 def test_export_validates_within_atol_on_padded_batches(tmp_path):
-    exporter = BiLSTMExporter(atol=1e-5)
+    exporter = TorchOnnxExporter(atol=1e-5)
     long_rows = {
         "input_ids": np.arange(1, 61, dtype=np.int64).reshape(2, 30) % 39 + 1,
         "attention_mask": np.ones((2, 30), dtype=np.int64),
@@ -33,9 +33,9 @@ def test_export_validates_within_atol_on_padded_batches(tmp_path):
 def test_export_hides_only_the_benign_packed_sequence_warning(tmp_path, capfd):
     import os
 
-    from edgekd.exporters.bilstm import BENIGN_EXPORT_WARNING, drop_native_stderr_lines
+    from edgekd.exporters.torch_onnx import BENIGN_EXPORT_WARNING, drop_native_stderr_lines
 
-    BiLSTMExporter().export(student(), tmp_path / "m.onnx")
+    TorchOnnxExporter().export(student(), tmp_path / "m.onnx")
     assert "PackPadded" not in capfd.readouterr().err
     with drop_native_stderr_lines(BENIGN_EXPORT_WARNING):
         os.write(2, b"Warning: The shape inference of prim::PackPadded type is missing\n")
@@ -45,14 +45,14 @@ def test_export_hides_only_the_benign_packed_sequence_warning(tmp_path, capfd):
 
 
 def test_validate_fails_when_onnx_disagrees_with_pytorch(tmp_path):
-    exporter = BiLSTMExporter()
+    exporter = TorchOnnxExporter()
     exporter.export(student(seed=0), tmp_path / "m.onnx")
     with pytest.raises(EdgeKDError, match="differ from PyTorch"):
         exporter.validate(student(seed=1), tmp_path / "m.onnx")
 
 
 def test_dynamic_int8_quantizes_lstm_and_embedding(tmp_path):
-    BiLSTMExporter().export(student(), tmp_path / "m.onnx")
+    TorchOnnxExporter().export(student(), tmp_path / "m.onnx")
     DynamicInt8Quantizer().quantize(tmp_path / "m.onnx", tmp_path / "q.onnx")
     q = ops(tmp_path / "q.onnx")
     assert "DynamicQuantizeLSTM" in q and "LSTM" not in q

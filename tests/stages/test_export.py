@@ -7,8 +7,11 @@ import json
 import pytest
 
 from conftest import distill_tiny_bilstm
+from edgekd.artifacts import MODEL_FILES
 from edgekd.config import ExportConfig
-from edgekd.exporters.run import INT8, run_export
+from edgekd.stages.export import export as run_export
+
+INT8 = MODEL_FILES["int8"]
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +20,7 @@ def student(tiny_teacher, tiny_data, tmp_path_factory):
 
 
 def test_static_int8_on_a_bilstm_says_the_lstm_stays_fp32(student, tmp_path):
-    report = run_export(student, tmp_path / "e", ExportConfig(int8_mode="static", guard=False))
+    report = run_export(ExportConfig(int8_mode="static", guard=False), student, tmp_path / "e")
     int8 = report["models"]["int8"]
     assert int8["quantizer"]["mode"] == "static" and "LSTM layers in fp32" in int8["note"]
     assert (tmp_path / "e" / INT8).is_file() and 0 <= report["int8_drop"] <= 1
@@ -30,7 +33,7 @@ def test_guard_refuses_int8_that_is_slower_and_ships_fp32(student, tmp_path, mon
         return {name: 1.0 if name == "fp32" else 5.0 for name in paths}
 
     monkeypatch.setattr(guard, "side_by_side", slow_int8)
-    report = run_export(student, tmp_path / "e", ExportConfig(preset="avx2"))
+    report = run_export(ExportConfig(preset="avx2"), student, tmp_path / "e")
     assert report["int8_refused"] and set(report["models"]) == {"fp32"}
     assert not (tmp_path / "e" / INT8).exists()
     saved = json.loads((tmp_path / "e" / "export.json").read_text())
@@ -44,16 +47,16 @@ def test_guard_swaps_in_a_faster_preset(student, tmp_path, monkeypatch):
         return {name: 0.5 if name == "dynamic/arm64" else 2.0 for name in paths}
 
     monkeypatch.setattr(guard, "side_by_side", arm_wins)
-    report = run_export(student, tmp_path / "e", ExportConfig(preset="avx2"))
+    report = run_export(ExportConfig(preset="avx2"), student, tmp_path / "e")
     assert report["models"]["int8"]["quantizer"]["preset"] == "arm64"
     assert report["models"]["int8"]["guard"]["chosen"] == "dynamic/arm64"
     assert not list((tmp_path / "e").glob(".*.onnx"))  # trial models cleaned up
 
 
 def test_accuracy_repair_scores_trials_in_the_export_folder(student, tmp_path, monkeypatch):
-    import edgekd.students.predict as predict
+    import edgekd.stages.export as stage
 
-    real = predict.score
+    real = stage.score
 
     def int8_loses_half(predictor, texts, labels, reference=None):
         # Every int8 graph "loses" 0.5: repair must try each node, scoring each trial
@@ -63,9 +66,9 @@ def test_accuracy_repair_scores_trials_in_the_export_folder(student, tmp_path, m
             result["accuracy"] -= 0.5
         return result
 
-    monkeypatch.setattr(predict, "score", int8_loses_half)
+    monkeypatch.setattr(stage, "score", int8_loses_half)
     cfg = ExportConfig(guard=False, max_int8_drop=0.0)
-    report = run_export(student, tmp_path / "e", cfg)
+    report = run_export(cfg, student, tmp_path / "e")
     repair = report["models"]["int8"]["repair"]
     assert repair["drop_before"] >= 0.5 and not repair["within_budget"]
     assert repair["kept_fp32"] == []  # no single exclusion helped: nothing kept
@@ -78,7 +81,7 @@ def test_mobile_export_writes_ort_that_matches_onnx_and_a_usability_report(stude
     import onnxruntime as ort
 
     cfg = ExportConfig(guard=False, mobile=True, fixed_shape="1x16")
-    report = run_export(student, tmp_path / "e", cfg)
+    report = run_export(cfg, student, tmp_path / "e")
     mobile = report["mobile"]
     assert set(mobile) == {"model.int8.onnx", "model.int8.fixed.onnx"}
     entry = mobile["model.int8.onnx"]
@@ -98,7 +101,7 @@ def test_mobile_export_writes_ort_that_matches_onnx_and_a_usability_report(stude
 
 def test_executorch_pte_matches_pytorch_on_padded_rows(student, tmp_path):
     pytest.importorskip("executorch", reason="optional: pip install -e '.[executorch]'")
-    report = run_export(student, tmp_path / "e", ExportConfig(guard=False, executorch=True))
+    report = run_export(ExportConfig(guard=False, executorch=True), student, tmp_path / "e")
     pte = report["executorch"]
     assert (tmp_path / "e" / "model.pte").stat().st_size == pte["bytes"] > 0
     assert pte["max_abs_diff"] <= 1e-4 and pte["length"] == 64
@@ -108,11 +111,10 @@ def test_fixed_length_bilstm_equals_the_packed_student_at_any_length(student):
     import torch
 
     from edgekd.exporters.base import pad_inputs
-    from edgekd.exporters.executorch import FixedLengthBiLSTM
     from edgekd.students.base import load_student
 
     model, tok, _ = load_student(student)
-    fixed = FixedLengthBiLSTM(model).eval()
+    fixed = model.fixed_length_module().eval()
     for text in ["good", "the movie was really very good and fun", "bad plot"]:
         feed = tok([text])
         padded = pad_inputs(feed, 1, 32)

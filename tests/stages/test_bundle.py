@@ -19,11 +19,11 @@ runner = CliRunner()
 def export_dir(tiny_teacher, tiny_data, tmp_path_factory) -> Path:
     from conftest import distill_tiny_bilstm
     from edgekd.config import ExportConfig
-    from edgekd.exporters.run import run_export
+    from edgekd.stages.export import export as run_export
 
     root = tmp_path_factory.mktemp("bundle")
     distill_tiny_bilstm(tiny_teacher, tiny_data, root / "student", epochs=2)
-    run_export(root / "student", root / "export", ExportConfig(guard=False))
+    run_export(ExportConfig(guard=False), root / "student", root / "export")
     return root / "export"
 
 

@@ -22,9 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekd.budget import LimitResult
+from edgekd.artifacts import (
+    CHECK_GLOB,
+    PROFILE_GLOB,
+    REPORT_PAGE,
+    CheckResult,
+    ExportReport,
+    ProfileSweep,
+    RunManifest,
+    read_profile,
+)
 from edgekd.errors import EdgeKDError
-from edgekd.io import atomic_dir, check_output, read_json
+from edgekd.io import atomic_dir, check_output
 
 FRONT_COLOUR = "#d62728"  # Pareto-front markers; the render test looks for this red
 OTHER_COLOUR = "#1f77b4"
@@ -56,27 +65,28 @@ def collect_points(run_dir: Path, only: list[Path] | None = None) -> list[Point]
     """Teacher and student models found under `run_dir`, with their profiles."""
     points: dict[Path, Point] = {}
     teacher_acc: float | None = None
-    for export in found(run_dir, "export.json", only):
-        report = read_json(export)
+    for export in found(run_dir, ExportReport.FILE, only):
+        report = ExportReport.read(export)
         variant = variant_name(export.parent, run_dir)
-        for kind, entry in report.get("models", {}).items():
-            path = (export.parent / entry["path"]).resolve()
+        for kind, entry in report.models.items():
+            path = (export.parent / entry.path).resolve()
             if path.is_file():
                 label = f"{variant} {kind}"
-                points[path] = Point(label, entry.get("accuracy"), path.stat().st_size)
-        teacher_acc = report.get("teacher_accuracy", teacher_acc)
-    for prof_path in found(run_dir, "profile*.json", only):
-        prof = read_json(prof_path)
-        if "p50_ms" not in prof:  # a --seq-len sweep file: the plots use single profiles
+                points[path] = Point(label, entry.accuracy, path.stat().st_size)
+        teacher_acc = report.teacher_accuracy or teacher_acc
+    for prof_path in found(run_dir, PROFILE_GLOB, only):
+        read = read_profile(prof_path)
+        if isinstance(read, ProfileSweep):  # the plots use single-length profiles
             continue
-        model = Path(prof["model"]).resolve()
+        prof = read.model_dump(exclude_none=True)
+        model = Path(read.model).resolve()
         if model not in points and model.is_file():  # the teacher's ONNX, or a bare model
             is_teacher = "teacher" in model.parent.name
             label = "teacher fp32" if is_teacher else model.parent.name + " " + model.stem
             acc = teacher_acc if is_teacher else prof.get("accuracy")
             points[model] = Point(label, acc, model.stat().st_size)
         if model in points:
-            points[model].profiles[prof.get("device", "local-cpu")] = prof
+            points[model].profiles[read.device] = prof
     if not points:
         raise EdgeKDError(
             f"{run_dir} holds no export.json or profile*.json; pass a folder that "
@@ -182,18 +192,13 @@ def fmt(value: Any, spec: str) -> str:
 
 def checks_html(run_dir: Path, only: list[Path] | None = None) -> str:
     parts = []
-    for path in found(run_dir, "check*.json", only):
-        check = read_json(path)
-        if "limits" not in check:
-            continue
-        verdict = "pass" if check["passed"] else "FAIL"
+    for path in found(run_dir, CHECK_GLOB, only):
+        check = CheckResult.read(path)
+        verdict = "pass" if check.passed else "FAIL"
         where = path.parent.relative_to(run_dir)
-        title = f"{where}: {check.get('model', '')} model" + (
-            f" on {check['device']}" if check.get("device") else ""
-        )
+        title = f"{where}: {check.model} model" + (f" on {check.device}" if check.device else "")
         rows = []
-        for lim in check["limits"]:
-            r = LimitResult(**{k: lim[k] for k in LimitResult.__dataclass_fields__})
+        for r in check.limits:
             status = f'<span class="{"ok" if r.passed else "bad"}">{r.status}</span>'
             rows.append(
                 [
@@ -204,7 +209,7 @@ def checks_html(run_dir: Path, only: list[Path] | None = None) -> str:
                 ]
             )
         parts.append(
-            f'<h3>{html.escape(title)} — <span class="{"ok" if check["passed"] else "bad"}">'
+            f'<h3>{html.escape(title)} — <span class="{"ok" if check.passed else "bad"}">'
             f"{verdict}</span></h3>"
             + table_html(["limit", "threshold", "measured", "status"], rows)
         )
@@ -222,7 +227,7 @@ img{max-width:100%;display:block;margin:0.5em 0}
 """
 
 
-def write_report(
+def report(
     run_dir: str | Path,
     out_dir: str | Path | None = None,
     only: list[Path] | None = None,
@@ -242,7 +247,7 @@ def write_report(
         only = [Path(o).resolve() for o in only]
     points = collect_points(run_dir, only)
     devices = sorted({d for p in points for d in p.profiles})
-    manifest = run_dir / "manifest.json"
+    manifest = RunManifest.path(run_dir)
     with atomic_dir(out_dir, overwrite) as tmp:
         sections = []
         for device in devices:
@@ -310,7 +315,7 @@ def write_report(
             )
         footer = ""
         if manifest.is_file():
-            versions = read_json(manifest).get("versions", {})
+            versions = RunManifest.read(manifest).versions
             footer = (
                 "<p class=note>"
                 + html.escape(", ".join(f"{k} {v}" for k, v in versions.items()))
@@ -326,7 +331,7 @@ def write_report(
             + footer
             + "</body></html>\n"
         )
-        (tmp / "report.html").write_text(page, encoding="utf-8")
+        (tmp / REPORT_PAGE).write_text(page, encoding="utf-8")
         (tmp / "points.json").write_text(
             json.dumps(
                 [
@@ -342,4 +347,4 @@ def write_report(
             )
             + "\n"
         )
-    return out_dir / "report.html"
+    return out_dir / REPORT_PAGE

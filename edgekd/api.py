@@ -1,0 +1,86 @@
+"""The Python API: the stages the CLI runs, as functions, with their configs.
+
+    from edgekd import api as kd
+
+    student = kd.distill(kd.DistillConfig(teacher=..., data=kd.DataConfig(spec=...)), "out/s")
+    export = kd.export(kd.ExportConfig(int8=True), "out/s", "out/e")
+    (prof,) = kd.profile(kd.ProfileConfig(threads=1), [Path("out/e") / export.models["int8"].path])
+    verdict = kd.check(kd.Budget(max_bytes=2_000_000), ["out/e"])
+
+Each stage owns its output folder (refused if it holds files edgekd did not write,
+unless `overwrite=True`) and returns the typed artifact it wrote (`edgekd.artifacts`).
+Errors a user can cause raise `EdgeKDError` with a one-line message naming the fix.
+"""
+
+from __future__ import annotations
+
+from edgekd.artifacts import (
+    BundleManifest,
+    CheckResult,
+    DistillMetrics,
+    EvalResult,
+    ExportReport,
+    ProfileResult,
+    ProfileSweep,
+    TeacherMetrics,
+    TrimReport,
+)
+from edgekd.budget import Budget, load_budget
+from edgekd.config import (
+    AugmentConfig,
+    DataConfig,
+    DistillConfig,
+    ExportConfig,
+    ProfileConfig,
+    TeacherConfig,
+    load_yaml,
+    validate,
+)
+from edgekd.errors import EdgeKDError
+from edgekd.recipe import Recipe, load_recipe, run_recipe
+from edgekd.stages.bundle import Bundle
+from edgekd.stages.bundle import make_bundle as bundle
+from edgekd.stages.check import check
+from edgekd.stages.distill import distill
+from edgekd.stages.evaluate import evaluate
+from edgekd.stages.export import export
+from edgekd.stages.profile import profile
+from edgekd.stages.report import report
+from edgekd.stages.teacher import teacher
+from edgekd.stages.trim import trim
+
+__all__ = [
+    "AugmentConfig",
+    "Budget",
+    "Bundle",
+    "BundleManifest",
+    "CheckResult",
+    "DataConfig",
+    "DistillConfig",
+    "DistillMetrics",
+    "EdgeKDError",
+    "EvalResult",
+    "ExportConfig",
+    "ExportReport",
+    "ProfileConfig",
+    "ProfileResult",
+    "ProfileSweep",
+    "Recipe",
+    "TeacherConfig",
+    "TeacherMetrics",
+    "TrimReport",
+    "bundle",
+    "check",
+    "distill",
+    "evaluate",
+    "export",
+    "load_budget",
+    "load_recipe",
+    "load_yaml",
+    "profile",
+    "report",
+    "run_recipe",
+    "teacher",
+    "trim",
+    "validate",
+]

@@ -1,0 +1,379 @@
+"""Every file edgekd writes and reads, as a typed model with its file name.
+
+One place for the shapes: a stage writes its result with `Model(...).write(folder)`
+and the next stage reads it with `Model.read(folder)`; nobody parses these files by
+key. Each JSON artifact carries `kind`, so a reader that finds several kinds under
+one pattern (the report globbing `profile*.json`) dispatches on it instead of
+guessing from which keys are present.
+
+The fields edgekd reads are typed; measurement details that only travel along (a
+guard's timings, a profile's trial list) are allowed as extra fields, so an agent on
+a device can report more without a schema change here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, computed_field
+
+from edgekd.errors import EdgeKDError
+from edgekd.io import atomic_write_text, read_json
+
+# ------------------------------------------------------------------ file names
+# Non-JSON files of a stage folder; JSON artifacts name theirs in `FILE` below.
+WEIGHTS = "model.safetensors"  # a student's weights (safetensors only: never a pickle)
+TOKENIZER = "tokenizer.json"
+CONFIG = "config.yaml"  # the resolved config, beside every artifact it produced
+HF_CONFIG = "config.json"  # a Hugging Face model folder's config
+MODEL_FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx"}  # export kind → file
+PTE = "model.pte"
+REPORT_PAGE = "report.html"
+PROFILE_GLOB = "profile*.json"
+CHECK_GLOB = "check*.json"
+
+A = TypeVar("A", bound="Artifact")
+
+
+class Nested(BaseModel):
+    """A typed section of an artifact. Fields read like attributes; `x["field"]` reads
+    the same field (for code that walks artifacts generically), never a guessed key."""
+
+    # strict: a string is not a number, a boolean is not a count (a gate reading "12" as
+    # 12 bytes would pass on a corrupted file); extra details ride along.
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.__class__.model_fields and key not in (self.model_extra or {}):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return (
+            isinstance(key, str)
+            and (key in self.__class__.model_fields or key in (self.model_extra or {}))
+            and getattr(self, key) is not None
+        )
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A field or extra by name (for renderers that take optional columns)."""
+        value = getattr(self, key, None)
+        return default if value is None else value
+
+
+class Artifact(Nested):
+    """A JSON file edgekd writes: `FILE` is its name inside the stage folder."""
+
+    FILE: ClassVar[str]
+    MADE_BY: ClassVar[str]  # the command that writes it, for the fix in an error
+
+    @classmethod
+    def path(cls, where: str | Path) -> Path:
+        """`where` itself when it names a .json file, else `where/FILE`."""
+        where = Path(where)
+        return where if where.suffix == ".json" else where / cls.FILE
+
+    @classmethod
+    def read(cls: type[A], where: str | Path) -> A:
+        path = cls.path(where)
+        data = read_json(path)
+        if not isinstance(data, dict):
+            raise EdgeKDError(
+                f"{path} is not a JSON object; re-create {path.name} with `{cls.MADE_BY}`"
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            first = e.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+            raise EdgeKDError(
+                f"{path} is not a valid {cls.FILE} ({field}: {first['msg']}); re-create it "
+                f"with `{cls.MADE_BY}`"
+            ) from None
+
+    def write(self, where: str | Path) -> Path:
+        path = self.path(where)
+        atomic_write_text(path, self.model_dump_json(indent=2, exclude_none=True) + "\n")
+        return path
+
+
+# ------------------------------------------------------------------ student, teacher
+
+
+class StudentMeta(Artifact):
+    """`student.json`: what it takes to rebuild a student and read its outputs; copied
+    beside its ONNX exports so a bundle knows its labels and tokenizer settings."""
+
+    FILE: ClassVar[str] = "student.json"
+    MADE_BY: ClassVar[str] = "edgekd distill"
+    kind: Literal["student"] = "student"
+    student: str
+    config: dict[str, Any]
+    vocab_size: int
+    num_labels: int
+    id2label: list[str]
+    max_length: int
+    add_special_tokens: bool = False
+
+
+class DistillMetrics(Artifact):
+    FILE: ClassVar[str] = "metrics.json"
+    MADE_BY: ClassVar[str] = "edgekd distill"
+    kind: Literal["distill"] = "distill"
+    teacher: str
+    student: str
+    teacher_accuracy: float
+    student_accuracy: float
+    agreement: float
+    params: int
+    lr: float
+    n_train: int
+    n_dev: int
+    labels: list[str]
+
+
+class TeacherMetrics(Artifact):
+    FILE: ClassVar[str] = "metrics.json"
+    MADE_BY: ClassVar[str] = "edgekd teacher"
+    kind: Literal["teacher"] = "teacher"
+    dev_accuracy: float
+
+
+# ------------------------------------------------------------------ export
+
+
+class ExportedModel(Nested):
+    """One exported model (fp32 or int8) of an export folder."""
+
+    path: str = Field(..., description="File name inside the export folder.")
+    # Measured values may be absent: a limit on one then reads as not measured and fails.
+    bytes: int | None = None
+    accuracy: float | None = None
+    agreement: float | None = Field(
+        None, description="Share of dev rows agreeing with PyTorch, 0..1."
+    )
+    max_abs_diff: float | None = None
+
+
+class ExportReport(Artifact):
+    FILE: ClassVar[str] = "export.json"
+    MADE_BY: ClassVar[str] = "edgekd export"
+    kind: Literal["export"] = "export"
+    student: str | None = Field(None, description="The student folder exported.")
+    atol: float | None = Field(None, description="Tolerance the ONNX logits were held to.")
+    models: dict[Literal["fp32", "int8"], ExportedModel]
+    student_accuracy: float | None = None
+    teacher_accuracy: float | None = None
+    int8_refused: bool = False
+    int8_drop: float | None = None
+    n_dev: int | None = None
+    formats: list[str] = Field(default_factory=list, description="Formats written, in order.")
+
+    def shipped(self) -> Literal["fp32", "int8"]:
+        """The model a deployment takes: int8 when the export kept one."""
+        return "int8" if "int8" in self.models else "fp32"
+
+    def model_paths(self, folder: Path) -> list[Path]:
+        return [folder / m.path for m in self.models.values()]
+
+
+# ------------------------------------------------------------------ profile
+
+
+class ProfileResult(Artifact):
+    """One model timed on one device at one input length (`edgekd profile`)."""
+
+    FILE: ClassVar[str] = "profile.json"
+    MADE_BY: ClassVar[str] = "edgekd profile"
+    kind: Literal["profile"] = "profile"
+    model: str
+    device: str = "local-cpu"
+    threads: int
+    # Measured values may be absent: a limit on one then reads as not measured and fails.
+    bytes: int | None = None
+    seq_len: int | None = None
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    load_ms: float | None = None
+    peak_rss_mb: float | None = None
+    noisy: bool = False
+    end_to_end: dict[str, Any] | None = None
+    vs: dict[str, Any] | None = None
+
+    @staticmethod
+    def file_name(device: str, model: Path) -> str:
+        return f"profile-{device}-{model.stem}.json"
+
+
+class ProfileSweep(Artifact):
+    """Several input lengths of one model (`edgekd profile --seq-len 16,32,64`)."""
+
+    FILE: ClassVar[str] = "profile.json"
+    MADE_BY: ClassVar[str] = "edgekd profile"
+    kind: Literal["profile-sweep"] = "profile-sweep"
+    sweep: list[ProfileResult]
+
+
+_PROFILE_FILE: TypeAdapter[ProfileResult | ProfileSweep] = TypeAdapter(ProfileResult | ProfileSweep)
+
+
+def read_profile(path: Path) -> ProfileResult | ProfileSweep:
+    """A `profile*.json`: one profile or a sweep, told apart by `kind`."""
+    data = read_json(path)
+    if isinstance(data, dict) and data.get("kind") == "profile-sweep":
+        return ProfileSweep.read(path)
+    return ProfileResult.read(path)
+
+
+# ------------------------------------------------------------------ check
+
+
+class LimitResult(BaseModel):
+    """One budget limit against its measured value (None: not measured, fails)."""
+
+    # "passed" and "status" are written for readers of the JSON; derived on reading.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    limit: str
+    metric: str
+    op: Literal["<=", ">="]
+    threshold: float
+    measured: float | None
+    unit: str
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def passed(self) -> bool:
+        if self.measured is None:
+            return False
+        if self.op == "<=":
+            return self.measured <= self.threshold
+        return self.measured >= self.threshold
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def status(self) -> str:
+        return "missing" if self.measured is None else ("pass" if self.passed else "FAIL")
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+    def threshold_text(self) -> str:
+        return f"{self.op} {show(self.threshold, self.unit)}"
+
+    def measured_text(self) -> str:
+        return "—" if self.measured is None else show(self.measured, self.unit)
+
+
+def show(value: float, unit: str) -> str:
+    """A limit's value for people: bytes in full with separators, others to 4 digits."""
+    if unit == "B":
+        return f"{value:,.0f} B"
+    return f"{value:,.4g} {unit}".strip()
+
+
+class CheckResult(Artifact):
+    """`edgekd check`'s verdict: the same shape from the CLI, a recipe or quickstart."""
+
+    model_config = ConfigDict(extra="forbid")
+    FILE: ClassVar[str] = "check.json"
+    MADE_BY: ClassVar[str] = "edgekd check"
+    kind: Literal["check"] = "check"
+    budget: str | None = Field(None, description="The budget file, when one was given.")
+    model: Literal["int8", "fp32"]
+    device: str | None = None
+    passed: bool
+    limits: list[LimitResult]
+    notes: list[str] = Field(default_factory=list)
+
+    @staticmethod
+    def file_name(device: str | None) -> str:
+        return f"check-{device}.json" if device else "check.json"
+
+    def title(self) -> str:
+        return f"edgekd budget: {self.model} model" + (f" on {self.device}" if self.device else "")
+
+
+# ------------------------------------------------------------------ run, bundle, others
+
+
+class StageMarker(Artifact):
+    """A recipe stage's cache key, inside the folder the stage wrote."""
+
+    FILE: ClassVar[str] = ".stage.json"
+    MADE_BY: ClassVar[str] = "edgekd run"
+    kind: Literal["stage"] = "stage"
+    stage: str
+    key: str
+
+
+class StageRecord(Nested):
+    stage: str
+    folder: str
+    key: str
+    status: Literal["ran", "cached"]
+    seconds: float
+
+
+class RunManifest(Artifact):
+    FILE: ClassVar[str] = "manifest.json"
+    MADE_BY: ClassVar[str] = "edgekd run"
+    kind: Literal["run"] = "run"
+    recipe: str
+    recipe_sha256: str | None = None
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    resolved: dict[str, Any]
+    versions: dict[str, str]
+    inputs: dict[str, str]
+    seq_len: int
+    stages: list[StageRecord]
+    passed: bool
+    started: str
+    seconds: float
+
+
+class BundleFile(Nested):
+    sha256: str
+    bytes: int
+
+
+class BundleManifest(Artifact):
+    FILE: ClassVar[str] = "manifest.json"
+    MADE_BY: ClassVar[str] = "edgekd bundle"
+    kind: Literal["bundle"] = "bundle"
+    format: int = 1
+    model: Literal["fp32", "int8"] = Field(..., description="Which exported model ships.")
+    files: dict[str, BundleFile] = Field(..., min_length=1)
+    bytes: int
+    accuracy: float | None = None
+    labels: list[str]
+    profile: ProfileResult | None = None
+
+
+class TrimReport(Artifact):
+    FILE: ClassVar[str] = "trim.json"
+    MADE_BY: ClassVar[str] = "edgekd trim"
+    kind: Literal["trim"] = "trim"
+    vocab_before: int
+    vocab_after: int
+    dev_accuracy_before: float | None = None
+    dev_accuracy_after: float | None = None
+
+
+class EvalResult(Artifact):
+    FILE: ClassVar[str] = "eval.json"
+    MADE_BY: ClassVar[str] = "edgekd eval"
+    kind: Literal["eval"] = "eval"
+    model: str
+    accuracy: float
+    n: int
+
+
+class QuickstartSummary(Artifact):
+    FILE: ClassVar[str] = "quickstart.json"
+    MADE_BY: ClassVar[str] = "edgekd quickstart"
+    kind: Literal["quickstart"] = "quickstart"
+    rows: list[dict[str, Any]]
+    seconds: float
+    seq_len: int
+    check: CheckResult

@@ -1,0 +1,175 @@
+"""The distill stage: a teacher and a config in, a student folder out.
+
+`distill(cfg, out_dir)` owns `out_dir`: it checks the folder before any data loads,
+labels the transfer set with the teacher (through the logit cache), trains the
+student (resuming a killed run from its checkpoint) and writes the student,
+`config.yaml` (resolved) and `metrics.json`, all at once or not at all.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from edgekd.artifacts import CONFIG, DistillMetrics
+from edgekd.config import DistillConfig, save_config, validate
+from edgekd.data import Split, align_labels, load_task
+from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
+from edgekd.distill.labeling import augmented_texts, teacher_labels
+from edgekd.distill.losses import NO_LABEL
+from edgekd.distill.teacher import load_teacher, teacher_label_names
+from edgekd.distill.trainer import build_extras, preflight, train_student
+from edgekd.errors import EdgeKDError
+from edgekd.exporters.teacher import int8_labeler
+from edgekd.io import atomic_dir, check_output
+from edgekd.progress import console
+from edgekd.registry import STUDENTS
+from edgekd.students.base import predict_logits, save_student
+
+
+def run_takd(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -> DistillMetrics:
+    """Teacher-assistant KD (Mirzadeh et al. 2020, "Improved Knowledge Distillation via
+    Teacher Assistant", arXiv:1902.03393): two runs from one config.
+
+    Run 1 distils the teacher into the assistant (`cfg.assistant` overrides any field:
+    student, student_options, intermediate, epochs...); run 2 distils the assistant
+    into the configured student. The folder holds the student, its config (with the
+    `assistant` section) and the assistant in `assistant/`. In the metrics,
+    `teacher_accuracy` is the original teacher's and `agreement` is with the assistant.
+    """
+    import os
+
+    assert cfg.assistant is not None
+    base = cfg.model_dump(exclude={"assistant"})
+    a_cfg = validate(DistillConfig, {**base, **cfg.assistant}, "assistant")
+    if "hidden_states" not in STUDENTS.get(a_cfg.student).capabilities:
+        raise EdgeKDError(
+            f"assistant student {a_cfg.student!r} cannot teach (it is no HF classifier); "
+            "use an assistant with student: bert"
+        )
+    with atomic_dir(out_dir, overwrite) as tmp:
+        console.print(f"TAKD run 1/2: {cfg.teacher} → assistant ({a_cfg.student})")
+        a_metrics = distill(a_cfg, tmp / "assistant")
+        console.print(f"TAKD run 2/2: assistant → student ({cfg.student})")
+        s_cfg = cfg.model_copy(update={"assistant": None, "teacher": str(tmp / "assistant")})
+        student = distill(s_cfg, tmp / "student")
+        for item in (tmp / "student").iterdir():
+            os.replace(item, tmp / item.name)
+        shutil.rmtree(tmp / "student")
+        metrics = student.model_copy(
+            update=dict(
+                teacher=cfg.teacher,
+                assistant_accuracy=student.teacher_accuracy,
+                teacher_accuracy=a_metrics.teacher_accuracy,
+                assistant=cfg.assistant,
+            )
+        )
+        save_config(cfg.model_copy(update={"lr": metrics.lr}), tmp / CONFIG)
+        metrics.write(tmp)
+    return metrics
+
+
+def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -> DistillMetrics:
+    """Distil `cfg.teacher` into a student folder at `out_dir`; return its metrics.
+    `overwrite`: write beside files in `out_dir` that edgekd did not write (kept)."""
+    check_output(out_dir, overwrite)  # before the teacher labels anything
+    if cfg.assistant is not None:
+        return run_takd(cfg, out_dir, overwrite)
+    preflight(cfg)
+    torch.manual_seed(cfg.seed)
+    seconds: dict[str, float] = {}
+    t = time.perf_counter()
+    task = load_task(cfg.data)
+    teacher, teacher_tok = load_teacher(cfg.teacher)
+    task = align_labels(task, teacher_label_names(teacher.config))
+    seconds["load"] = time.perf_counter() - t
+
+    from accelerate import PartialState
+
+    state = PartialState()
+    t = time.perf_counter()
+    extra, sources = augmented_texts(cfg, task.train.texts, teacher_tok)
+    seconds["augment"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    splits = {"train": task.train.texts, "dev": task.dev.texts}
+    if extra:
+        splits["augmented"] = extra
+    # Under `accelerate launch`, the main process labels first and writes the cache; the
+    # others then read it instead of running the teacher again.
+    with state.main_process_first():
+        logits, hits, runtime = teacher_labels(
+            cfg, splits, teacher, teacher_tok, task.label_names, int8_labeler
+        )
+    dev_logits = logits["dev"]
+    seconds["teacher_logits"] = time.perf_counter() - t
+    # Augmented rows carry soft logits only: their gold label is NO_LABEL.
+    transfer = Split(task.train.texts + extra, task.train.labels + [NO_LABEL] * len(extra))
+    train_logits = np.concatenate([logits["train"], logits.get("augmented", logits["train"][:0])])
+
+    t = time.perf_counter()
+    try:
+        student, tok = STUDENTS.get(cfg.student).prepare(
+            cfg.student_options, transfer.texts, task.num_labels, teacher, teacher_tok
+        )
+    except (ValueError, TypeError) as e:  # pydantic errors are ValueErrors
+        raise EdgeKDError(
+            f"student options {cfg.student_options}: {str(e).splitlines()[0]}; fix --student-option"
+        ) from None
+    pairs = not isinstance(task.train.texts[0], str)
+    extras = build_extras(cfg, student, tok, teacher, teacher_tok, sources, len(task.train), pairs)
+    if extras.teacher is None:
+        del teacher  # not needed past this point; free its memory
+    seconds["prepare_student"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    # Every process resumes from the checkpoint (they must agree on the epoch and the
+    # weights); only the main one writes it.
+    checkpoint = checkpoint_dir(out_dir)
+    fit = train_student(
+        cfg, student, tok, transfer, task.dev, train_logits, dev_logits, extras, checkpoint
+    )
+    seconds["train"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    pred = predict_logits(student, tok, tok.ids(task.dev.texts)).argmax(1)
+    gold, teacher_pred = np.array(task.dev.labels), dev_logits.argmax(1)
+    seconds["eval"] = time.perf_counter() - t
+
+    metrics = DistillMetrics(
+        **{
+            "teacher": cfg.teacher,
+            "extra_teachers": cfg.extra_teachers,
+            "teacher_runtime": runtime,
+            "student": cfg.student,
+            "teacher_accuracy": float((teacher_pred == gold).mean()),
+            "student_accuracy": float((pred == gold).mean()),
+            "agreement": float((pred == teacher_pred).mean()),
+            **student.params(),
+            "init": student.init_notes,
+            "lr": cfg.lr or student.default_lr,
+            "intermediate": cfg.intermediate,
+            "vocab_size": tok.vocab_size,
+            "n_train": len(task.train),
+            "n_augmented": len(extra),
+            "n_dev": len(task.dev),
+            "labels": task.label_names,
+            "cache_hits": hits,
+            "seconds": {k: round(v, 2) for k, v in seconds.items()},
+            **fit,
+            "data_notes": task.notes,
+        }
+    )
+    if not state.is_main_process:
+        return metrics  # one writer: the main process
+    with atomic_dir(out_dir, overwrite) as tmp:
+        save_student(tmp, student, tok, task.label_names)
+        # The resolved config: the learning rate the student's default gave, not "unset".
+        save_config(cfg.model_copy(update={"lr": cfg.lr or student.default_lr}), tmp / CONFIG)
+        metrics.write(tmp)
+    discard_checkpoint(out_dir)  # the run is done: nothing to resume
+    return metrics

@@ -1,0 +1,109 @@
+"""The export stage: a student folder in; validated ONNX (fp32, and int8 when asked),
+re-scored on real dev rows, plus any other registered format, out.
+
+The formats are the `FORMATS` registry, run in its order (onnx first: every other
+format starts from the fp32 graph); each adds its entries to `export.json`. The
+student's own exporter (`Student.exporter`) writes the fp32 graph.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from edgekd.artifacts import CONFIG, MODEL_FILES, DistillMetrics, ExportReport, StudentMeta
+from edgekd.config import DataConfig, DistillConfig, ExportConfig, load_yaml, save_config, validate
+from edgekd.data import align_labels, load_task
+from edgekd.errors import EdgeKDError
+from edgekd.exporters.base import ExportJob
+from edgekd.io import atomic_dir, check_output, tree_bytes
+from edgekd.registry import FORMATS, STUDENTS, resolve
+from edgekd.students.predict import OnnxPredictor, StudentPredictor, score
+
+
+def student_data_config(student_dir: Path) -> DataConfig | None:
+    """The data a student was distilled on, from its resolved config.yaml."""
+    path = student_dir / CONFIG
+    if not path.is_file():
+        return None
+    return validate(DistillConfig, load_yaml(path), str(path)).data
+
+
+def export(
+    cfg: ExportConfig,
+    student_dir: str | Path,
+    out_dir: str | Path,
+    data: DataConfig | None = None,
+    overwrite: bool = False,
+) -> ExportReport:
+    """Export, validate, quantize and re-score `student_dir` into `out_dir`; write
+    `export.json` and return it. `data`: re-score on its dev split (default: the
+    data the student was distilled on)."""
+    check_output(out_dir, overwrite)
+    student_dir = Path(student_dir)
+    reference = StudentPredictor(student_dir)
+    model, tok = reference.model, reference.tokenizer
+    formats = [FORMATS.get(name)() for name in FORMATS.names_in_order()]
+    wanted = [f for f in formats if f.wanted(cfg)]
+    for f in wanted:  # before any data loads: a format the student cannot take
+        if f.needs is not None and f.needs not in model.capabilities:
+            able = [n for n in STUDENTS.names() if f.needs in STUDENTS.get(n).capabilities]
+            raise EdgeKDError(
+                f"the {f.name} export needs a student with {f.needs!r}; {model.name!r} has "
+                f"none (students that do: {', '.join(able) or 'none'})"
+            )
+    data = data or student_data_config(student_dir)
+    if data is None:
+        raise EdgeKDError(f"{student_dir} has no {CONFIG} naming its data; pass --data")
+    task = align_labels(load_task(data), reference.label_names)
+    # Real dev rows in the validation too: dummy ids alone would miss e.g. long texts.
+    check = [tok(task.dev.texts[i : i + 16]) for i in range(0, min(len(task.dev), 64), 16)]
+    exporter = resolve(model.exporter)(atol=cfg.atol, opset=cfg.opset)
+    report: dict = {"student": str(student_dir), "atol": cfg.atol, "models": {}}
+    if DistillMetrics.path(student_dir).is_file():
+        report["teacher_accuracy"] = DistillMetrics.read(student_dir).teacher_accuracy
+
+    with atomic_dir(out_dir, overwrite) as tmp:
+        t = time.perf_counter()
+        tok.save(tmp)
+        shutil.copy(StudentMeta.path(student_dir), StudentMeta.path(tmp))
+        ref = score(reference, task.dev.texts, task.dev.labels)
+        report["student_accuracy"] = ref["accuracy"]
+        job = ExportJob(
+            cfg=cfg,
+            folder=tmp,
+            model=model,
+            tokenizer=tok,
+            exporter=exporter,
+            task=task,
+            check=check,
+            dev_score=lambda path: score(
+                OnnxPredictor(path), task.dev.texts, task.dev.labels, reference=ref["predictions"]
+            ),
+            report=report,
+        )
+        for f in wanted:
+            f.write(job)
+        if exporter.static_source is not None:
+            exporter.static_source.unlink(missing_ok=True)
+        report["formats"] = [f.name for f in wanted]
+        report["seconds_export"] = round(time.perf_counter() - t, 2)
+        for name, entry in report["models"].items():
+            path = tmp / MODEL_FILES[name]
+            result = job.dev_score(path)
+            entry.update(
+                path=path.name,
+                bytes=tree_bytes(path),
+                accuracy=result["accuracy"],
+                agreement=result["agreement"],
+            )
+        report["n_dev"] = len(task.dev)
+        if "int8" in report["models"]:
+            report["int8_drop"] = (
+                report["models"]["fp32"]["accuracy"] - report["models"]["int8"]["accuracy"]
+            )
+        result = ExportReport.model_validate(report)
+        save_config(cfg, tmp / CONFIG)
+        result.write(tmp)
+    return result

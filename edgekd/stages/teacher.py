@@ -1,0 +1,25 @@
+"""The teacher stage: fine-tune a BERT-style encoder into a classifier folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgekd.artifacts import CONFIG, TeacherMetrics
+from edgekd.config import TeacherConfig, save_config
+from edgekd.data import load_task
+from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
+from edgekd.distill.teacher import finetune
+from edgekd.io import atomic_dir, check_output
+
+
+def teacher(cfg: TeacherConfig, out_dir: str | Path, overwrite: bool = False) -> TeacherMetrics:
+    """The teacher stage: fine-tune into `out_dir` (written whole, or not at all) with its
+    resolved config.yaml and metrics.json; a killed run resumes from its last epoch."""
+    check_output(out_dir, overwrite)  # before any data is read
+    task = load_task(cfg.data)
+    with atomic_dir(out_dir, overwrite) as tmp:
+        metrics = TeacherMetrics(**finetune(cfg, task, tmp, checkpoint_dir(out_dir)))
+        save_config(cfg, tmp / CONFIG)
+        metrics.write(tmp)
+    discard_checkpoint(out_dir)
+    return metrics
