@@ -131,8 +131,8 @@ def main() -> None:
             seed=args.seed,
             student_options={"vocab": vocab},
         )
-        metrics = run_distill(cfg, sdir)
-        report = run_export(ExportConfig(guard=False), sdir, edir)
+        metrics = run_distill(cfg, sdir).model_dump()
+        report = run_export(ExportConfig(guard=False), sdir, edir).model_dump()
         students[vocab] = {"metrics": metrics, "export": report, "dir": edir}
 
     teacher_onnx = export_teacher(str(teacher), args.work / "teacher-onnx")

@@ -64,7 +64,7 @@ def variants(student: Path, out: Path, data: Any) -> dict[str, dict[str, Any]]:
         for preset in PRESETS:
             folder = out / f"{mode}-{preset}"
             cfg = ExportConfig(int8_mode=mode, preset=preset, guard=False)  # type: ignore[arg-type]
-            report = run_export(cfg, student, folder, data)
+            report = run_export(cfg, student, folder, data).model_dump()
             if "fp32" not in models:
                 models["fp32"] = {**report["models"]["fp32"], "path": folder / FP32}
             models[f"{mode} int8 {preset}"] = {**report["models"]["int8"], "path": folder / INT8}
@@ -212,7 +212,7 @@ def variants_dynamic(student: Path, out: Path, data: Any) -> dict[str, Any]:
     from edgekd.config import ExportConfig
     from edgekd.stages.export import export as run_export
 
-    r = run_export(ExportConfig(guard=False), student, out, data)
+    r = run_export(ExportConfig(guard=False), student, out, data).model_dump()
     return {
         "fp32_bytes": r["models"]["fp32"]["bytes"],
         "int8_bytes": r["models"]["int8"]["bytes"],

@@ -101,7 +101,7 @@ def run_one(name: str, seed: int, shared: Path, teacher: str) -> dict[str, Any]:
         }
     )
     start = time.perf_counter()
-    metrics = run_distill(cfg, out)
+    metrics = run_distill(cfg, out).model_dump()
     metrics["wall_seconds"] = time.perf_counter() - start
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
     return metrics

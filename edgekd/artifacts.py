@@ -238,7 +238,7 @@ class LimitResult(BaseModel):
     metric: str
     op: Literal["<=", ">="]
     threshold: float
-    measured: float | None
+    measured: float | None = None  # None: not measured (the limit fails)
     unit: str
 
     @computed_field  # type: ignore[prop-decorator]
