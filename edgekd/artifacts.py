@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, computed_field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_write_text, read_json
@@ -213,9 +213,6 @@ class ProfileSweep(Artifact):
     MADE_BY: ClassVar[str] = "edgekd profile"
     kind: Literal["profile-sweep"] = "profile-sweep"
     sweep: list[ProfileResult]
-
-
-_PROFILE_FILE: TypeAdapter[ProfileResult | ProfileSweep] = TypeAdapter(ProfileResult | ProfileSweep)
 
 
 def read_profile(path: Path) -> ProfileResult | ProfileSweep:

@@ -74,7 +74,7 @@ def trim_student(
     keep_top: int | None = None,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Write a trimmed copy of a BiLSTM student folder; return what changed."""
+    """Write a trimmed copy of a student folder (capability "trim"); return what changed."""
     from edgekd.io import atomic_dir, check_output
 
     check_output(out_dir, overwrite)
