@@ -129,7 +129,7 @@ def main() -> None:
             data=data,
             epochs=args.epochs,
             seed=args.seed,
-            student_options={"vocab": vocab},
+            student={"name": "bilstm", "options": {"vocab": vocab}},
         )
         metrics = run_distill(cfg, sdir).model_dump()
         report = run_export(ExportConfig(guard=False), sdir, edir).model_dump()

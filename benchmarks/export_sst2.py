@@ -124,7 +124,7 @@ def main() -> None:
         "BiLSTM (word)": ensure_student(args.bilstm, {}, args.shared, None),
         "BERT-3": ensure_student(
             args.bert,
-            {"student": "bert", "student_options": {"layers": 3}, "epochs": 3, "batch_size": 32},
+            {"student": {"name": "bert", "options": {"layers": 3}}, "epochs": 3, "batch_size": 32},
             args.shared,
             2000,
         ),
@@ -161,11 +161,14 @@ def main() -> None:
         base = students["BiLSTM (word)"]
         small = {
             "embedding_dim 64": ensure_student(
-                WORK / "bilstm-dim64", {"student_options": {"embedding_dim": 64}}, args.shared, None
+                WORK / "bilstm-dim64",
+                {"student": {"name": "bilstm", "options": {"embedding_dim": 64}}},
+                args.shared,
+                None,
             ),
             "rank-32 factorised": ensure_student(
                 WORK / "bilstm-rank32",
-                {"student_options": {"embedding_rank": 32}},
+                {"student": {"name": "bilstm", "options": {"embedding_rank": 32}}},
                 args.shared,
                 None,
             ),

@@ -37,7 +37,7 @@ SST2_TRAIN = 67_349
 # transfer set adds twice that many teacher-labelled variants.
 BILSTM_ROWS, AUG_ROWS, BERT_ROWS = SST2_TRAIN // 10, 2 * (SST2_TRAIN // 10), 2_000
 BILSTM = {"student": "bilstm", "epochs": 8, "patience": 3}
-BERT3 = {"student": "bert", "student_options": {"layers": 3}, "epochs": 3, "batch_size": 32}
+BERT3 = {"student": {"name": "bert", "options": {"layers": 3}}, "epochs": 3, "batch_size": 32}
 
 # name → (section, train rows, config fields). Order matters: TAKD reads bert3/KD.
 METHODS: dict[str, tuple[str, int, dict[str, Any]]] = {
@@ -53,7 +53,7 @@ METHODS: dict[str, tuple[str, int, dict[str, Any]]] = {
     "bilstm/annealing": (
         "bilstm",
         BILSTM_ROWS,
-        {**BILSTM, "loss": "annealing", "loss_options": {"tau_max": 5}},
+        {**BILSTM, "loss": {"name": "annealing", "options": {"tau_max": 5}}},
     ),
     "bert3/KD": ("bert3", BERT_ROWS, BERT3),
     "bert3/PKD": ("bert3", BERT_ROWS, {**BERT3, "intermediate": "pkd"}),

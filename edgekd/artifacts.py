@@ -366,11 +366,22 @@ class EvalResult(Artifact):
     n: int
 
 
+class SummaryRow(Nested):
+    """One model of the quickstart table (None: not measured)."""
+
+    model: str
+    accuracy: float | None = None
+    bytes: int | None = None
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    e2e_p50_ms: float | None = Field(None, description="Tokenize + infer one dev text, ms.")
+
+
 class QuickstartSummary(Artifact):
     FILE: ClassVar[str] = "quickstart.json"
     MADE_BY: ClassVar[str] = "edgekd quickstart"
     kind: Literal["quickstart"] = "quickstart"
-    rows: list[dict[str, Any]]
+    rows: list[SummaryRow]
     seconds: float
     seq_len: int
     check: CheckResult

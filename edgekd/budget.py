@@ -21,12 +21,16 @@ from edgekd.artifacts import (
     ProfileResult,
     read_profile,
 )
-from edgekd.config import StrictModel, load_yaml, validate
+from edgekd.config import StrictModel, apply_sets, load_yaml, validate
 from edgekd.errors import EdgeKDError
 
 
 class Budget(StrictModel):
-    model: Literal["int8", "fp32"] = Field("int8", description="Which exported model ships.")
+    model: Literal["int8", "fp32", "shipped"] = Field(
+        "int8",
+        description="Which exported model is gated: int8, fp32, or shipped (int8 when the "
+        "export kept one, else fp32; an fp32 that ships has no int8 drop to limit).",
+    )
     threads: int = Field(1, ge=1, description="Thread count the latency limit applies to.")
     max_bytes: int | None = Field(None, ge=1, description="Model file size, bytes.")
     max_p90_ms: float | None = Field(None, gt=0, description="p90 latency at batch 1, ms.")
@@ -102,8 +106,11 @@ def evaluate(budget: Budget, metrics: dict[str, float | None]) -> list[LimitResu
     return results
 
 
-def load_budget(path: str | Path) -> Budget:
+def load_budget(path: str | Path, sets: dict[str, Any] | None = None) -> Budget:
+    """The budget at `path` with `sets` (dotted fields, `--set`) applied."""
     data = load_yaml(path)
+    if sets:
+        data = apply_sets(data, sets)
     if not isinstance(data, dict) or not data:
         raise EdgeKDError(f"{path} must be a YAML mapping of limits, e.g. `max_bytes: 2000000`", 2)
     budget = validate(Budget, data, str(path))
@@ -123,6 +130,26 @@ def measured(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def resolve_shipped(budget: Budget, dirs: list[Path]) -> Budget:
+    """`budget` with `model: shipped` replaced by the model the export in `dirs` ships."""
+    if budget.model != "shipped":
+        return budget
+    shipped = {
+        ExportReport.read(d).shipped()
+        for d in dirs
+        if d.is_dir() and ExportReport.path(d).is_file()
+    }
+    if len(shipped) != 1:
+        raise EdgeKDError(
+            f"budget `model: shipped` needs one export folder among the artifacts (got "
+            f"{len(shipped)} kinds of shipped model); pass the export folder, or set model: int8"
+        )
+    model = shipped.pop()
+    # An fp32 that ships was never quantised: the int8 drop limit has nothing to judge.
+    drop = {"max_int8_drop": None} if model == "fp32" else {}
+    return budget.model_copy(update={"model": model, **drop})
+
+
 def collect_metrics(dirs: list[Path], budget: Budget) -> dict[str, float | None]:
     """Measured values for `budget.model` from the export report and profiles in `dirs`.
 
@@ -130,7 +157,7 @@ def collect_metrics(dirs: list[Path], budget: Budget) -> dict[str, float | None]
     not a finite number counts as not measured, so its limit fails."""
     metrics: dict[str, float | None] = {}
     model_file: str | None = None
-    model = budget.model
+    model = resolve_shipped(budget, dirs).model
     for d in dirs:
         if not d.is_dir():
             raise EdgeKDError(f"{d} is not a folder; pass artifact folders from `edgekd export`")

@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover
 
 from edgekd.artifacts import ProfileSweep
 from edgekd.config import (
+    DEFAULT_BASE,
     AugmentConfig,
     Calibration,
     DataConfig,
@@ -36,9 +37,10 @@ from edgekd.config import (
     ProfileConfig,
     TeacherConfig,
     TeacherRuntime,
-    load_yaml,
+    apply_sets,
+    load_fields,
     override,
-    parse_yaml,
+    parse_sets,
     validate,
 )
 from edgekd.errors import EdgeKDError
@@ -75,6 +77,7 @@ app = typer.Typer(
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+M = TypeVar("M", bound=BaseModel)
 
 
 DEBUG = {"on": False}  # set by --debug; EDGEKD_DEBUG=1 does the same
@@ -120,19 +123,29 @@ def user_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def parse_options(pairs: list[str] | None, flag: str = "--student-option") -> dict[str, Any]:
-    """`key=value` pairs; values are read as YAML scalars (`300`, `true`, `word`)."""
+def load_config(model: type[M], config: Path | None, sets: list[str] | None) -> M:
+    """`model` from the --config file (if any) with the --set fields applied."""
+    raw = apply_sets(load_fields(config), parse_sets(sets), model)
+    return validate(model, raw, str(config) if config else "--set")
 
-    out: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise EdgeKDError(f"{flag} {pair!r} is not key=value; e.g. hidden_size=150")
-        try:
-            out[key.strip()] = parse_yaml(value)
-        except Exception:  # yaml.YAMLError: an unbalanced [ or {
-            raise EdgeKDError(f"{flag} {pair!r}: the value is not YAML; quote it") from None
-    return out
+
+def component_name(value: Any) -> str | None:
+    """The name of a component as plain config data (`bilstm` or `{name: bilstm, ...}`)."""
+    return value.get("name") if isinstance(value, dict) else value
+
+
+def _hint_student_option(sets: dict[str, Any]) -> None:
+    """Before 0.3, `-s hidden_size=300` set a student option; name its new path."""
+    from edgekd.registry import STUDENTS
+
+    for key in sets:
+        if "." not in key and key not in DistillConfig.model_fields:
+            owners = [n for n in STUDENTS.names() if key in STUDENTS.config_model(n).model_fields]
+            if owners:
+                raise EdgeKDError(
+                    f"--set {key}: distill has no field {key!r}; a student option is set as "
+                    f"-s student.options.{key}=VALUE (-s sets any config field since edgekd 0.3)"
+                )
 
 
 def field(
@@ -195,6 +208,16 @@ CONFIG = typer.Option(
     help="YAML config (see examples/); options given on the command line override it.",
     show_default="none",
 )
+SETS = typer.Option(
+    None,
+    "--set",
+    "-s",
+    help="Set a config field, dotted: epochs=4, student.options.hidden_size=300 (repeatable; "
+    "applied over --config, under the named options).",
+    show_default="none",
+)
+# Options that edgekd 0.3 folded into --set: hidden, kept only to say what to write.
+MOVED = typer.Option(None, hidden=True)
 OFF = "off"  # the shown default of a plain on/off flag
 OVERWRITE = typer.Option(
     False,
@@ -226,12 +249,13 @@ def teacher(
     max_length: int = field(TeacherConfig, "max_length", "--max-length"),
     seed: int = field(TeacherConfig, "seed", "--seed"),
     config: Path | None = CONFIG,
+    set_: list[str] | None = SETS,
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Fine-tune a BERT-style encoder into a teacher classifier."""
     from edgekd.stages.teacher import teacher as train_teacher
 
-    cfg = validate(TeacherConfig, load_yaml(config), str(config)) if config else TeacherConfig()
+    cfg = load_config(TeacherConfig, config, set_)
     own = given(
         ctx, base=base, epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length,
         seed=seed,
@@ -273,15 +297,8 @@ def distill(
     ),
     ensemble: Ensemble = field(DistillConfig, "ensemble", "--ensemble"),
     data: str = DATA,
-    student: str = field(
-        DistillConfig, "student", "--student", help="Student kind: bilstm or bert."
-    ),
-    student_option: list[str] | None = typer.Option(
-        None,
-        "--student-option",
-        "-s",
-        help="Student config field, key=value, e.g. embedding_dim=64 (repeatable).",
-        show_default="none",
+    student: str | None = typer.Option(
+        None, "--student", help="Student kind: bilstm or bert.", show_default="bilstm"
     ),
     layers: int | None = typer.Option(
         None, "--layers", help="bert student: transformer layers.", show_default="3"
@@ -295,8 +312,11 @@ def distill(
     ffn: int | None = typer.Option(
         None, "--ffn", help="bert student: FFN inner width (units).", show_default="the teacher's"
     ),
-    intermediate: str | None = field(
-        DistillConfig, "intermediate", "--intermediate", default="none: logits only"
+    intermediate: str | None = typer.Option(
+        None,
+        "--intermediate",
+        help="Intermediate-layer loss for a bert student: pkd, tinybert or alp.",
+        show_default="none: logits only",
     ),
     assistant_layers: int | None = typer.Option(
         None,
@@ -304,18 +324,12 @@ def distill(
         help="TAKD: first distil a bert assistant of this many layers, then the student from it.",
         show_default="none: no assistant",
     ),
-    intermediate_option: list[str] | None = typer.Option(
-        None,
-        "--intermediate-option",
-        "-i",
-        help="layer_map=uniform|top|bottom|last, weight=..., stage_epochs=... (repeatable).",
-        show_default="none",
-    ),
     augment: str | None = typer.Option(
         None,
         "--augment",
         help="Comma-separated: mask, pos, ngram, tang (all three), minimax (pick the most "
-        "divergent variants each epoch), mixup (MixKD).",
+        "divergent variants each epoch), mixup (MixKD). Their options: -s "
+        "augment.methods.NAME.options.FIELD=VALUE.",
         show_default="none",
     ),
     n_iter: int = field(AugmentConfig, "n_iter", "--n-iter"),
@@ -326,20 +340,16 @@ def distill(
         help="Cap on augmented rows, a seeded subsample (rows).",
         default="all",
     ),
-    minimax_k: int = field(AugmentConfig, "minimax_k", "--minimax-k"),
-    loss: str = field(
-        DistillConfig,
-        "loss",
+    loss: str | None = typer.Option(
+        None,
         "--loss",
         help="mse (Tang et al.), kd (Hinton), annealing (Jafari et al.) or uniform.",
+        show_default="mse",
     ),
-    loss_option: list[str] | None = typer.Option(
-        None,
-        "--loss-option",
-        "-l",
-        help="Loss argument, key=value, e.g. tau_max=7 (repeatable).",
-        show_default="none",
-    ),
+    student_option: list[str] | None = MOVED,
+    loss_option: list[str] | None = MOVED,
+    intermediate_option: list[str] | None = MOVED,
+    minimax_k: int | None = typer.Option(None, "--minimax-k", hidden=True),
     temperature: float = field(DistillConfig, "temperature", "--temperature"),
     ce_weight: float = field(DistillConfig, "ce_weight", "--ce-weight"),
     epochs: int = field(DistillConfig, "epochs", "--epochs"),
@@ -362,56 +372,67 @@ def distill(
     teacher_runtime: TeacherRuntime = field(DistillConfig, "teacher_runtime", "--teacher-runtime"),
     seed: int = field(DistillConfig, "seed", "--seed"),
     config: Path | None = CONFIG,
+    set_: list[str] | None = SETS,
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Distil a teacher into a small student (BiLSTM or small BERT)."""
 
-    raw = load_yaml(config) if config else {}
+    moved = {
+        "--student-option": ("student", student_option),
+        "--loss-option": ("loss", loss_option),
+        "--intermediate-option": ("intermediate", intermediate_option),
+        "--minimax-k": ("augment.methods.minimax", minimax_k),
+    }
+    for flag, (where, value) in moved.items():
+        if value is not None:
+            example = "k=3" if flag == "--minimax-k" else "KEY=VALUE"
+            raise EdgeKDError(
+                f"{flag} was replaced by --set (-s) in edgekd 0.3; "
+                f"write -s {where}.options.{example}"
+            )
+    sets = parse_sets(set_)
+    _hint_student_option(sets)
+    raw = apply_sets(load_fields(config), {})
     if teacher:
-        raw = {**(raw or {}), "teacher": teacher}
-    if not (raw or {}).get("teacher"):
+        raw["teacher"] = teacher
+    if not raw.get("teacher"):
         raise EdgeKDError("no teacher given; pass --teacher DIR_OR_ID (see `edgekd teacher`)")
-    cfg = validate(DistillConfig, raw, str(config or "options"))
+    # Flags go onto the plain data, so the whole config validates once, components' options
+    # included, before any data loads. A flag naming another component drops the options
+    # the file gave the one it replaces; --set then applies to the components named.
+    for key, name in {"student": student, "loss": loss, "intermediate": intermediate}.items():
+        if name is not None and component_name(raw.get(key)) != name:
+            raw[key] = name
+    if augment is not None:
+        listed = {component_name(m): m for m in (raw.get("augment") or {}).get("methods") or []}
+        names = [m.strip() for m in augment.split(",") if m.strip()]
+        raw = apply_sets(raw, {"augment.methods": [listed.get(n, n) for n in names]})
+    raw = apply_sets(raw, sets, DistillConfig)
     sizes = {"layers": layers, "hidden": hidden, "heads": heads, "ffn": ffn}
-    options = {
-        **cfg.student_options,
-        **{k: v for k, v in sizes.items() if v is not None},
-        **parse_options(student_option),
-    }
-    methods = [m.strip() for m in augment.split(",") if m.strip()] if augment else None
-    aug = given(ctx, n_iter=n_iter, max_augmented=max_augmented, minimax_k=minimax_k)
-    if "max_augmented" in aug:
-        aug["max_rows"] = aug.pop("max_augmented")
-    cfg = override(cfg, augment=override(cfg.augment, methods=methods, **aug))
-    loss_options = {**cfg.loss_options, **parse_options(loss_option, "--loss-option")}
-    layer_options = {
-        **cfg.intermediate_options,
-        **parse_options(intermediate_option, "--intermediate-option"),
-    }
-    if assistant_layers is not None:
-        cfg = override(
-            cfg, assistant={"student": "bert", "student_options": {"layers": assistant_layers}}
-        )
-    own = given(
-        ctx, intermediate=intermediate, student=student, ensemble=ensemble, loss=loss,
-        temperature=temperature, ce_weight=ce_weight, epochs=epochs, batch_size=batch_size,
-        lr=lr, patience=patience, cache_dir=cache_dir, teacher_runtime=teacher_runtime,
-        seed=seed,
-    )  # fmt: skip
-    cfg = override(
-        cfg,
-        intermediate_options=layer_options,
-        student_options=options,
-        loss_options=loss_options,
-        extra_teachers=extra_teacher or None,
-        **own,
+    raw = apply_sets(
+        raw, {f"student.options.{k}": v for k, v in sizes.items() if v is not None}, DistillConfig
     )
+    aug = given(ctx, n_iter=n_iter, max_rows=max_augmented)
+    raw = apply_sets(raw, {f"augment.{k}": v for k, v in aug.items()})
+    if assistant_layers is not None:
+        raw["assistant"] = {"student": {"name": "bert", "options": {"layers": assistant_layers}}}
+    own = given(
+        ctx, ensemble=ensemble, temperature=temperature, ce_weight=ce_weight, epochs=epochs,
+        batch_size=batch_size, lr=lr, patience=patience, cache_dir=cache_dir,
+        teacher_runtime=teacher_runtime, seed=seed,
+    )  # fmt: skip
+    if extra_teacher:
+        own["extra_teachers"] = extra_teacher
+    raw.update(own)
     fields = data_fields(
         ctx, data=data, text_column=text_column, label_column=label_column,
         text_pair_column=text_pair_column, max_train=max_train, max_dev=max_dev,
         train_split=train_split, dev_split=dev_split, encoding=encoding,
     )  # fmt: skip
-    cfg = with_data(cfg, fields, own.get("seed"))
+    if "seed" in own:
+        fields["seed"] = own["seed"]
+    raw = apply_sets(raw, {f"data.{k}": v for k, v in fields.items()})
+    cfg = validate(DistillConfig, raw, str(config or "options"))
     from edgekd.stages.distill import distill as run_distill
 
     m = run_distill(cfg, out, overwrite)
@@ -524,6 +545,8 @@ def export(
     ),
     atol: float = field(ExportConfig, "atol", "--atol"),
     opset: int = field(ExportConfig, "opset", "--opset"),
+    config: Path | None = CONFIG,
+    set_: list[str] | None = SETS,
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Export a student to ONNX (validated against PyTorch), optionally int8 (--int8)."""
@@ -535,45 +558,33 @@ def export(
         reduce_range=reduce_range, max_int8_drop=max_int8_drop, calibration=calibration,
         calibration_samples=calibration_samples,
     )  # fmt: skip
+    raw = apply_sets(load_fields(config), parse_sets(set_))
+    # The flag spelling: int8 only with --int8 (a config file or -s int8=true also asks).
+    raw.setdefault("int8", False)
     flags = {p.name: "/".join(p.opts + p.secondary_opts) for p in ctx.command.params}
     static = {"calibration", "calibration_samples"} & set(quant)
-    if static and int8_mode != "static":  # --int8-mode static is the whole fix: it implies --int8
+    mode = quant.get("int8_mode", raw.get("int8_mode"))
+    if static and mode != "static":  # --int8-mode static is the whole fix: it implies --int8
         raise EdgeKDError(
             f"{flags[sorted(static)[0]]} only applies to static int8; add --int8-mode static"
         )
-    int8 = int8 or "int8_mode" in quant
-    if not int8 and quant:
+    if int8 or "int8_mode" in quant:
+        raw["int8"] = True
+    if raw["int8"] is False and quant:
         raise EdgeKDError(f"{flags[next(iter(quant))]} only applies to int8 models; add --int8")
     if device is not None and "preset" not in quant:
         from edgekd.devices.base import load_spec
 
-        preset = load_spec(device).int8_preset()
-    cfg = validate(
-        ExportConfig,
-        dict(
-            int8=int8,
-            guard=guard,
-            atol=atol,
-            opset=opset,
-            mobile=mobile,
-            executorch=executorch,
+        quant["preset"] = load_spec(device).int8_preset()
+    quant.pop("device", None)
+    raw.update(quant)
+    raw.update(
+        given(
+            ctx, guard=guard, atol=atol, opset=opset, mobile=mobile, executorch=executorch,
             fixed_shape=fixed_shape,
-            **(
-                {
-                    "int8_mode": int8_mode,
-                    "preset": preset,
-                    "calibration": calibration,
-                    "calibration_samples": calibration_samples,
-                    "per_channel": per_channel,
-                    "reduce_range": reduce_range,
-                    "max_int8_drop": max_int8_drop,
-                }
-                if int8
-                else {}
-            ),
-        ),
-        "export options",
-    )
+        )
+    )  # fmt: skip
+    cfg = validate(ExportConfig, raw, str(config) if config else "export options")
     data_cfg = student_data_config(student_dir) if student_dir.is_dir() else None
     if data:
         data_cfg = override(data_cfg or DataConfig(), spec=data)
@@ -673,6 +684,7 @@ def predict(
 @app.command()
 @user_errors
 def profile(
+    ctx: typer.Context,
     model: Path = typer.Argument(..., help="ONNX file."),
     device: str = typer.Option(
         "local-cpu", "--device", help="Device name (`edgekd devices`) or YAML spec path."
@@ -719,6 +731,8 @@ def profile(
     json_out: Path | None = typer.Option(
         None, "--json", help="Write the result to this JSON file.", show_default="none"
     ),
+    config: Path | None = CONFIG,
+    set_: list[str] | None = SETS,
 ) -> None:
     """Latency percentiles, load time, memory and size at batch 1 on onnxruntime."""
     from edgekd.stages.profile import profile as run_profile
@@ -733,21 +747,34 @@ def profile(
         raise EdgeKDError(
             f"--runs {runs} < --trials {trials}: each trial needs a run; raise --runs"
         )
-    cfg = validate(
-        ProfileConfig,
-        dict(
-            devices=[device],
-            hosts={device: host} if host else {},
-            threads=threads,
-            runs=runs,
-            trials=trials,
-            warmup=warmup,
-            seq_lens=lengths,
-            vs=str(vs) if vs else None,
-            processes=processes,
-        ),
-        "profile options",
+    flags = dict(
+        devices=[device],
+        hosts={device: host} if host else {},
+        threads=threads,
+        runs=runs,
+        trials=trials,
+        warmup=warmup,
+        seq_lens=lengths,
+        vs=str(vs) if vs else None,
+        processes=processes,
     )
+    typed = given(
+        ctx, device=device, host=host, threads=threads, runs=runs, trials=trials,
+        warmup=warmup, seq_len=seq_len, vs=vs, processes=processes,
+    )  # fmt: skip
+    names = {"device": "devices", "host": "hosts", "seq_len": "seq_lens"}
+    # The flags' defaults, under the --config file and --set, under the flags typed.
+    raw = {
+        **{k: v for k, v in flags.items() if v is not None},
+        **apply_sets(load_fields(config), parse_sets(set_)),
+        **{names.get(k, k): flags[names.get(k, k)] for k in typed},
+    }
+    cfg = validate(ProfileConfig, raw, str(config) if config else "profile options")
+    if len(cfg.devices) != 1:
+        raise EdgeKDError(
+            f"edgekd profile times one device, the config names {len(cfg.devices)}; "
+            "pass --device NAME (recipes profile several)"
+        )
     texts = None
     if data:
         from edgekd.data import load_task
@@ -795,12 +822,14 @@ def check(
         help="Write github-action-benchmark customSmallerIsBetter JSON.",
         show_default="none",
     ),
+    set_: list[str] | None = SETS,
 ) -> None:
-    """Check measured metrics against a budget: exit 0 if all hold, 1 if any fails."""
+    """Check measured metrics against a budget: exit 0 if all hold, 1 if any fails.
+    `-s` sets a budget field over the file's: max_p90_ms=5, devices.rpi4.max_bytes=2e6."""
     from edgekd.stages.check import check as run_check
     from edgekd.stages.check import write_ci_outputs
 
-    result = run_check(budget, artifacts, device=device)
+    result = run_check(budget, artifacts, device=device, sets=parse_sets(set_))
     summary = os.environ.get("GITHUB_STEP_SUMMARY") if github_summary else None
     write_ci_outputs(result, junit, bench_json, summary)
     if json_out == "-":
@@ -819,19 +848,14 @@ def run_(
     force: bool = typer.Option(
         False, "--force", help="Re-run every stage, cache or not.", show_default=OFF
     ),
-    set_: list[str] | None = typer.Option(
-        None,
-        "--set",
-        "-s",
-        help="Override a field: distill.epochs=2, data.max_train=500 (repeatable).",
-        show_default="none",
-    ),
+    set_: list[str] | None = SETS,
     overwrite: bool = OVERWRITE,
 ) -> None:
-    """Run a recipe: teacher → distill → export → profile → check → report, cached by stage."""
+    """Run a recipe: teacher → distill → export → profile → check → report, cached by stage.
+    `-s` sets a recipe field: distill.epochs=2, data.max_train=500."""
     from edgekd.recipe import run_recipe
 
-    raise typer.Exit(run_recipe(recipe, force, parse_options(set_, "--set"), overwrite))
+    raise typer.Exit(run_recipe(recipe, force, parse_sets(set_), overwrite))
 
 
 @app.command()
@@ -881,32 +905,54 @@ def devices(
 @app.command()
 @user_errors
 def quickstart(
-    data: str = typer.Option("glue/sst2", "--data", help="HF dataset or local copy."),
+    data: str | None = typer.Option(
+        None, "--data", help="HF dataset or local copy.", show_default="glue/sst2"
+    ),
     teacher: str | None = typer.Option(
         None,
         "--teacher",
         help="Fine-tuned classifier (folder or hub id).",
         show_default="none: fine-tune --base first",
     ),
-    base: str = field(TeacherConfig, "base", "--base", help="Encoder to fine-tune (no --teacher)."),
-    out: Path = typer.Option(Path("runs/quickstart"), "--out", help="Folder for every stage."),
-    max_train: int = typer.Option(
-        100_000,
+    base: str | None = typer.Option(
+        None, "--base", help="Encoder to fine-tune (no --teacher).", show_default=DEFAULT_BASE
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Folder for every stage.", show_default="runs/quickstart"
+    ),
+    max_train: int | None = typer.Option(
+        None,
         "--max-train",
         min=1,
         help="Training rows for the student, a seeded subsample above this (rows).",
+        show_default="100000",
     ),
-    teacher_max_train: int = typer.Option(
-        4_000, "--teacher-max-train", min=1, help="Rows to fine-tune a teacher on (rows)."
+    teacher_max_train: int | None = typer.Option(
+        None,
+        "--teacher-max-train",
+        min=1,
+        help="Rows to fine-tune a teacher on (rows).",
+        show_default="4000",
     ),
-    epochs: int = typer.Option(4, "--epochs", min=1, help="Student epochs (passes over the rows)."),
-    seed: int = typer.Option(0, "--seed", help="Seed for subsampling, training and export."),
+    epochs: int | None = typer.Option(
+        None, "--epochs", min=1, help="Student epochs (passes over the rows).", show_default="4"
+    ),
+    seed: int | None = typer.Option(
+        None, "--seed", help="Seed for subsampling, training and export.", show_default="0"
+    ),
+    set_: list[str] | None = SETS,
+    force: bool = typer.Option(
+        False, "--force", help="Re-run every stage, cache or not.", show_default=OFF
+    ),
     overwrite: bool = OVERWRITE,
 ) -> None:
-    """Teacher → BiLSTM → int8 ONNX → profile → check, ending in one table."""
-    from edgekd.quickstart import run_quickstart
+    """Teacher → BiLSTM → int8 ONNX → profile → check: the built-in recipe
+    (`edgekd/recipes/quickstart.yaml`, cached by stage like `edgekd run`), ending in one
+    table. `-s` sets any of its fields: distill.student.options.embedding_dim=128."""
+    from edgekd.quickstart import quickstart_sets, run_quickstart
 
-    code = run_quickstart(
-        data, teacher, out, max_train, teacher_max_train, epochs, seed, base, overwrite
+    sets = parse_sets(set_)
+    sets.update(
+        quickstart_sets(data, teacher, out, max_train, teacher_max_train, epochs, seed, base)
     )
-    raise typer.Exit(code)
+    raise typer.Exit(run_quickstart(sets, overwrite, force))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 import yaml
 from pydantic import (
@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from edgekd.errors import EdgeKDError
+from edgekd.registry import Component, first_error
 
 DEFAULT_BASE = "packaged:all-MiniLM-L6-v2"
 
@@ -105,28 +106,59 @@ class Schedule(StrictModel):
 
 
 class AugmentConfig(StrictModel):
-    methods: list[str] = Field(
+    methods: list[Component] = Field(
         default_factory=list,
-        description="Text augmenters in order (mask, pos, ngram; tang = all three), plus "
-        "`minimax` (select among their variants) and `mixup` (MixKD).",
+        description="Augmenters in order, each a name or {name, options}: text augmenters "
+        "(mask, pos, ngram; tang = all three), `minimax` (select among their variants) and "
+        "`mixup` (MixKD). Options are each augmenter's own (`edgekd distill --help`).",
     )
-    p_mask: float = Field(0.1, ge=0, le=1, description="Per-word mask probability (Tang: 0.1).")
-    p_pos: float = Field(0.1, ge=0, le=1, description="Per-word POS-swap probability (0.1).")
-    p_ng: float = Field(0.25, ge=0, le=1, description="Per-text n-gram probability (0.25).")
-    max_ngram: int = Field(5, ge=1, description="n of the kept n-gram is uniform in 1..max.")
     n_iter: int = Field(
         20, ge=1, description="Augmented variants drawn per training text (Tang: 20)."
     )
     max_rows: int | None = Field(
         None, ge=1, description="Seeded subsample of the deduplicated augmented rows."
     )
-    minimax_k: int = Field(
-        2, ge=1, description="minimax: candidates kept per text each epoch (most divergent)."
-    )
-    mixup_alpha: float = Field(0.4, gt=0, description="mixup: λ ~ Beta(a, a) (MixKD: 0.4).")
-    alpha_sm: float = Field(1.0, ge=0, description="mixup: weight of CE on mixed labels.")
-    alpha_tmkd: float = Field(1.0, ge=0, description="mixup: weight of teacher MSE on mixes.")
     seed: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_options(cls, value: Any) -> Any:
+        # Before 0.3 every augmenter's knob sat here; say where each one went.
+        moved = sorted(set(value) & set(MOVED_AUGMENT_OPTIONS)) if isinstance(value, dict) else []
+        if moved:
+            raise ValueError(
+                f"augment.{moved[0]} moved into its augmenter's options since edgekd 0.3: "
+                f"{MOVED_AUGMENT_OPTIONS[moved[0]]}"
+            )
+        return value
+
+    @field_validator("methods")
+    @classmethod
+    def _each_once(cls, value: list[Component]) -> list[Component]:
+        names = [m.name for m in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"augmenter {twice[0]!r} is listed twice; list it once")
+        return value
+
+
+# augment.<old key> → where it lives now (an augmenter's own options).
+MOVED_AUGMENT_OPTIONS = {
+    "p_mask": "methods: [{name: mask, options: {p: 0.1}}] (tang: p_mask)",
+    "p_pos": "methods: [{name: pos, options: {p: 0.1}}] (tang: p_pos)",
+    "p_ng": "methods: [{name: ngram, options: {p: 0.25}}] (tang: p_ng)",
+    "max_ngram": "methods: [{name: ngram, options: {max_n: 5}}] (tang: max_ngram)",
+    "minimax_k": "methods: [..., {name: minimax, options: {k: 2}}]",
+    "mixup_alpha": "methods: [{name: mixup, options: {alpha: 0.4}}]",
+    "alpha_sm": "methods: [{name: mixup, options: {alpha_sm: 1.0}}]",
+    "alpha_tmkd": "methods: [{name: mixup, options: {alpha_tmkd: 1.0}}]",
+}
+# distill.<old key> → its place inside the component it configures.
+MOVED_DISTILL_OPTIONS = {
+    "student_options": "student: {name: bilstm, options: {...}}",
+    "loss_options": "loss: {name: annealing, options: {...}}",
+    "intermediate_options": "intermediate: {name: pkd, options: {...}}",
+}
 
 
 class DistillConfig(StrictModel):
@@ -138,26 +170,22 @@ class DistillConfig(StrictModel):
         "logits", description="Average teachers' logits, or their softened distributions (T)."
     )
     data: DataConfig = Field(default_factory=DataConfig)
-    student: str = Field("bilstm", description="Registered student name.")
-    student_options: dict[str, Any] = Field(
-        default_factory=dict, description="Fields of the student's own config class."
+    student: Component = Field(
+        default_factory=lambda: Component(name="bilstm"),
+        description="Registered student, a name or {name, options}: bilstm, bert.",
     )
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
-    loss: str = Field("mse", description="Registered loss: `mse` (Tang et al.) or `kd` (Hinton).")
-    loss_options: dict[str, Any] = Field(
-        default_factory=dict, description="Extra loss arguments, e.g. tau_max for `annealing`."
+    loss: Component = Field(
+        default_factory=lambda: Component(name="mse"),
+        description="Registered loss: mse (Tang et al.), kd (Hinton), annealing, uniform.",
     )
     assistant: dict[str, Any] | None = Field(
         None,
-        description="TAKD: fields of a first run (e.g. student: bert, student_options: "
-        "{layers: 3}) whose student then teaches this one.",
+        description="TAKD: fields of a first run (e.g. student: {name: bert, options: "
+        "{layers: 3}}) whose student then teaches this one.",
     )
-    intermediate: str | None = Field(
+    intermediate: Component | None = Field(
         None, description="Intermediate-layer loss for a BERT student: pkd, tinybert or alp."
-    )
-    intermediate_options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="layer_map (uniform, top, bottom, last), weight, stage_epochs.",
     )
     schedules: dict[str, Schedule] = Field(
         default_factory=dict, description="Per-epoch values for loss attributes (temperature)."
@@ -184,6 +212,18 @@ class DistillConfig(StrictModel):
     cache_dir: str | None = Field(None, description="Teacher-logit cache folder.")
     seed: int = Field(0, description="Seed for subsampling, augmentation, init and batches.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_options(cls, value: Any) -> Any:
+        # Before 0.3 a component's options sat beside its name; say where they go now.
+        moved = sorted(set(value) & set(MOVED_DISTILL_OPTIONS)) if isinstance(value, dict) else []
+        if moved:
+            raise ValueError(
+                f"{moved[0]} moved into the component since edgekd 0.3: write "
+                f"{MOVED_DISTILL_OPTIONS[moved[0]]}"
+            )
+        return value
+
     @field_validator("assistant")
     @classmethod
     def _assistant_fields(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -193,6 +233,21 @@ class DistillConfig(StrictModel):
         if unknown:
             raise ValueError(f"unknown assistant field(s) {unknown}; use distill fields")
         return value
+
+    @model_validator(mode="after")
+    def _component_options(self) -> DistillConfig:
+        # Each component's options against its own config model, through its registry,
+        # when the config is read: a typo is one line before any data or teacher loads.
+        # (This imports the components' modules, torch included; `--help` never gets here.)
+        from edgekd.registry import AUGMENTERS, LAYER_LOSSES, LOSSES, STUDENTS
+
+        STUDENTS.options(self.student, "student")
+        LOSSES.options(self.loss, "loss")
+        if self.intermediate is not None:
+            LAYER_LOSSES.options(self.intermediate, "intermediate")
+        for method in self.augment.methods:
+            AUGMENTERS.options(method, f"augment.methods.{method.name}")
+        return self
 
 
 class ProfileConfig(StrictModel):
@@ -359,15 +414,28 @@ def load_yaml(path: str | Path) -> Any:
         raise EdgeKDError(f"{path} is not valid YAML ({first}); fix the syntax", 2) from None
 
 
+def load_fields(path: str | Path | None) -> dict[str, Any]:
+    """A config file's fields as plain data (none: no file); anything but a mapping is
+    refused naming the file."""
+    data = load_yaml(path) if path else {}
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise EdgeKDError(
+            f"{path} holds a YAML {type(data).__name__}; a config is a mapping of fields "
+            "(`field: value` lines): fix that file"
+        )
+    return data
+
+
 def validate(model: type[M], data: Any, source: str) -> M:
     """Build `model` from plain data, turning pydantic errors into one line."""
     try:
         return model.model_validate(data if data is not None else {})
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        where, message = first_error(e)
         raise EdgeKDError(
-            f"{source}: field '{where}': {err['msg']} ({len(e.errors())} error(s)); fix that field",
+            f"{source}: field '{where}': {message} ({len(e.errors())} error(s)); fix that field",
             2,
         ) from None
 
@@ -386,6 +454,91 @@ def check_options(what: str, model: type[M], options: dict[str, Any], flag: str)
     read: an unknown or bad field is one line naming it and the valid ones."""
     refuse_unknown(what, list(model.model_fields), options, flag)
     return validate(model, options, f"{what} ({flag})")
+
+
+def parse_sets(pairs: list[str] | None, flag: str = "--set") -> dict[str, Any]:
+    """`a.b=value` pairs → {dotted field: value}; values are YAML (`300`, `true`, `[a, b]`)."""
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or "" in key.strip().split("."):
+            raise EdgeKDError(f"{flag} {pair!r} is not field=value; e.g. {flag} epochs=4")
+        try:
+            out[key.strip()] = parse_yaml(value)
+        except yaml.YAMLError:  # an unbalanced [ or {
+            raise EdgeKDError(f"{flag} {pair!r}: the value is not YAML; quote it") from None
+    return out
+
+
+def apply_sets(
+    data: Any, sets: dict[str, Any], model: type[BaseModel] | None = None, flag: str = "--set"
+) -> dict[str, Any]:
+    """Plain config data with each dotted field set: the one override syntax of every
+    command and of recipes. A step into a list of components picks the one of that
+    name (`augment.methods.minimax.options.k`), and a bare component name is short for
+    `{name: ...}`, so `student.options.hidden_size=300` works on `student: bilstm`.
+    With `model` (the config the data is for), a section the data leaves out starts
+    from its default component: `student.options.x` on a file without `student`."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise EdgeKDError(f"the config must be a YAML mapping of fields, not {type(data).__name__}")
+    for dotted, value in sets.items():
+        *parents, leaf = dotted.split(".")
+        node: Any = data
+        cls = model
+        for i, part in enumerate(parents):
+            here = ".".join(parents[: i + 1])
+            if isinstance(node, list):
+                node, cls = _component_in(node, part, here, flag), None
+                continue
+            default, section, component = _section_default(cls, part)
+            child = node.setdefault(part, default)
+            if component and isinstance(child, str):  # a bare name: `student: bilstm`
+                child = node[part] = {"name": child}
+            cls = section
+            if not isinstance(child, dict | list):
+                raise EdgeKDError(f"{flag} {dotted}: {here} is not a section (it holds a value)")
+            node = child
+        if isinstance(node, list):
+            raise EdgeKDError(f"{flag} {dotted}: name a field of one entry of {'.'.join(parents)}")
+        node[leaf] = value
+    return data
+
+
+def _section_default(model: type[BaseModel] | None, name: str) -> tuple[Any, Any, bool]:
+    """(what a missing section `name` of `model` starts as, the model of that section,
+    whether it is a component, which a bare name may stand for)."""
+    if model is None:
+        return {}, None, False
+    section = getattr(model, "SECTIONS", {}).get(name)  # a dict field read as a config
+    if section is not None:
+        return {}, section, False
+    info = model.model_fields.get(name)
+    if info is None:
+        return {}, None, False
+    default = info.get_default(call_default_factory=True)
+    component = info.annotation is Component or Component in get_args(info.annotation)
+    if isinstance(default, Component):
+        return {"name": default.name}, None, True
+    if isinstance(default, BaseModel):
+        return {}, type(default), False
+    return {}, None, component
+
+
+def _component_in(items: list[Any], name: str, where: str, flag: str) -> dict[str, Any]:
+    """The entry of a component list named `name`, as a mapping (made one in place)."""
+    for i, item in enumerate(items):
+        if item == name:
+            items[i] = {"name": name}
+            return items[i]  # type: ignore[no-any-return]
+        if isinstance(item, dict) and item.get("name") == name:
+            return item
+    names = [x if isinstance(x, str) else x.get("name") for x in items if isinstance(x, str | dict)]
+    raise EdgeKDError(
+        f"{flag}: {where.rpartition('.')[0] or where} has no {name!r} (it lists "
+        f"{', '.join(map(str, names)) or 'none'}); add it first"
+    )
 
 
 def override(cfg: M, **fields: Any) -> M:

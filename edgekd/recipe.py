@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -44,6 +44,7 @@ from edgekd.config import (
     ProfileConfig,
     StrictModel,
     TeacherConfig,
+    apply_sets,
     load_yaml,
     validate,
 )
@@ -78,6 +79,10 @@ class ProfileStage(StrictModel):
 
 
 class Recipe(StrictModel):
+    # Sections held as plain data (merged per variant) but read as these configs: `--set`
+    # starts a missing component there from its default (distill.student.options.x).
+    SECTIONS: ClassVar[dict[str, type[StrictModel]]] = {"distill": DistillConfig}
+
     name: str = Field(..., pattern=PLAIN_NAME)
     out: str | None = Field(None, description="Run folder; default runs/<name>.")
     seed: int = 0
@@ -122,11 +127,16 @@ class Recipe(StrictModel):
                 raise EdgeKDError(f"recipe: set `{key}` at the top level, not in distill", 2)
         fields.setdefault("seed", self.seed)
         data = self.data.model_copy(update={"seed": self.seed})
-        return validate(
-            DistillConfig,
-            {**fields, "teacher": teacher, "data": data.model_dump()},
-            f"recipe variant {variant}",
-        )
+        try:
+            return validate(
+                DistillConfig,
+                {**fields, "teacher": teacher, "data": data.model_dump()},
+                f"recipe variant {variant}",
+            )
+        except EdgeKDError as e:  # a component's option: say which variant it is in
+            if str(e).startswith("recipe variant"):
+                raise
+            raise EdgeKDError(f"recipe variant {variant}: {e}", 2) from None
 
     def export_config(self, variant: str) -> ExportConfig:
         extra = self.variants[variant].get("export", {})
@@ -154,15 +164,7 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
     data = load_yaml(path)
     if not isinstance(data, dict):
         raise EdgeKDError(f"{path} must be a YAML mapping (name, data, teacher, ...)", 2)
-    for dotted, value in (overrides or {}).items():
-        *parents, leaf = dotted.split(".")
-        node = data
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise EdgeKDError(f"--set {dotted}: {part} is not a section of the recipe", 2)
-        node[leaf] = value
-    recipe = validate(Recipe, data, str(path))
+    recipe = validate(Recipe, apply_sets(data, overrides or {}, Recipe), str(path))
     # Every section fails now, before hours of training, not when its stage starts.
     from edgekd.distill.trainer import preflight
 

@@ -10,9 +10,40 @@ from __future__ import annotations
 import importlib
 from typing import Any, Generic, TypeVar
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
 from edgekd.errors import EdgeKDError
 
 T = TypeVar("T")
+
+
+class NoOptions(BaseModel):
+    """The config model of a component that takes no options."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class Component(BaseModel):
+    """A registered component as configured: `{name: kd, options: {...}}`, or the bare
+    name (`kd`) when it keeps its defaults. `options` stays plain data here (it is what
+    the resolved config records and the recipe cache hashes); `Registry.options`
+    validates it against the component's own `Config` model."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+
+def first_error(e: ValidationError) -> tuple[str, str]:
+    """(dotted field, message) of a pydantic error's first entry."""
+    err = e.errors()[0]
+    return ".".join(str(p) for p in err["loc"]) or "(top level)", err["msg"]
 
 
 class Registry(Generic[T]):
@@ -49,6 +80,31 @@ class Registry(Generic[T]):
             self._entries[name] = resolved
             return resolved  # type: ignore[no-any-return]
         return target
+
+    def config_model(self, name: str) -> type[BaseModel]:
+        """The pydantic model of `name`'s options (its `Config`; none: no options)."""
+        return getattr(self.get(name), "Config", None) or NoOptions
+
+    def options(self, component: Component, where: str) -> Any:
+        """`component.options` validated against its config model: one line naming the
+        first unknown or bad field, the valid fields, and the `--set` path that fixes
+        it (`where` is the component's place in the config, e.g. `student`)."""
+        model = self.config_model(component.name)
+        valid = list(model.model_fields)
+        unknown = sorted(set(component.options) - set(valid))
+        if unknown:
+            raise EdgeKDError(
+                f"{self.kind} {component.name!r} has no option {unknown[0]!r}; valid: "
+                f"{', '.join(valid) or 'none'} (set {where}.options.<field>)"
+            )
+        try:
+            return model.model_validate(component.options)
+        except ValidationError as e:
+            field, message = first_error(e)
+            raise EdgeKDError(
+                f"{self.kind} {component.name!r}: option {field!r}: {message}; "
+                f"fix {where}.options.{field}"
+            ) from None
 
 
 def resolve(target: str) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from edgekd.artifacts import ExportReport
+from edgekd.artifacts import ExportReport, QuickstartSummary
 
 
 def print_profile(r: dict[str, Any]) -> None:
@@ -122,4 +122,39 @@ def print_export(r: ExportReport, out: Path) -> None:
     typer.echo(
         f"validated at atol {r.atol:.0e} (max diff {r.models['fp32'].max_abs_diff or 0:.1e}) "
         f"→ {out}"
+    )
+
+
+def print_quickstart(summary: QuickstartSummary, data: str) -> None:
+    """The quickstart's table: each model against the teacher's fp32 ONNX (first row).
+    Eight columns that fit an 80-column terminal; quickstart.json has every figure."""
+    from rich.table import Table
+
+    from edgekd.progress import console
+
+    def num(value: float | None, fmt: str) -> str:
+        return "n/a" if value is None else format(value, fmt)
+
+    def ratio(base: float | None, value: float | None) -> str:
+        return "n/a" if not base or not value else f"{base / value:.1f}×"
+
+    table = Table(title=f"edgekd quickstart: {data}, 1 thread, batch 1, {summary.seq_len} tokens")
+    for col in ("model", "acc", "MB", "p50 ms", "p90 ms", "e2e p50", "smaller", "faster"):
+        table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
+    base = summary.rows[0]
+    for r in summary.rows:
+        table.add_row(
+            r.model,
+            num(r.accuracy, ".4f"),
+            num(None if r.bytes is None else r.bytes / 1e6, ".2f"),
+            num(r.p50_ms, ".3f"),
+            num(r.p90_ms, ".3f"),
+            num(r.e2e_p50_ms, ".3f"),
+            ratio(base.bytes, r.bytes),
+            ratio(base.p50_ms, r.p50_ms),
+        )
+    console.print(table)
+    console.print(
+        f"e2e = tokenize + infer one dev text at a time; budget "
+        f"{'met' if summary.check.passed else 'MISSED'}; total {summary.seconds:.0f} s"
     )

@@ -158,7 +158,7 @@ def distill_tiny_bilstm(teacher: Path, data: Path, out: Path, epochs: int = 1) -
         teacher=str(teacher),
         data=DataConfig(spec=str(data)),
         epochs=epochs,
-        student_options=options,
+        student={"name": "bilstm", "options": options},
     )
     run_distill(cfg, out)
     return out

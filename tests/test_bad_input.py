@@ -82,7 +82,8 @@ def world(tmp_path_factory, tiny_teacher, tiny_data) -> Path:
         "absolute": {"variants": {"/abs/path": {}}},
         "unknown": {"distil": {}},
         "runs-bool": {"profile": {"runs": True}},
-        "student-typo": {"distill": {"student_options": {"hiden_size": 4}}},
+        "student-typo": {"distill": {"student": {"name": "bilstm", "options": {"hiden_size": 4}}}},
+        "moved-options": {"distill": {"student_options": {"hidden_size": 4}}},
     }.items():
         (bad / f"recipe-{name}.yaml").write_text(json.dumps({**recipe, **extra}))
     (bad / "spec-bad.yaml").write_text("name: x\nrunner: teleport\n")
@@ -109,7 +110,7 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "teacher/epochs-0": (["teacher", "--out", OUT, "--data", D, "--epochs", "0"], 2, "epochs"),
     "teacher/config-missing": (["teacher", "--out", OUT, "--config", X + "/no.yaml"], 2, "does not exist"),
     "teacher/config-broken": (["teacher", "--out", OUT, "--config", X + "/broken.yaml"], 2, "not valid YAML"),
-    "teacher/config-list": (["teacher", "--out", OUT, "--config", X + "/list.yaml"], 2, "fix that field"),
+    "teacher/config-list": (["teacher", "--out", OUT, "--config", X + "/list.yaml"], 2, "fix that file"),
     "teacher/config-folder": (["teacher", "--out", OUT, "--config", X], 2, "pass the YAML file"),
     "teacher/out-cwd": (["teacher", "--out", ".", "--data", D], 3, "pass a new folder path"),
     "teacher/out-foreign": (["teacher", "--out", X, "--data", D], 3, "--overwrite"),
@@ -117,14 +118,18 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "teacher/latin1": (["teacher", "--out", OUT, "--data", X + "/latin1.tsv", "--base", T], 2, "--encoding"),
     # distill
     "distill/no-teacher": (["distill", "--out", OUT], 2, "pass --teacher"),
-    "distill/option-not-kv": (["distill", "--teacher", T, "--out", OUT, "-s", "oops"], 2, "key=value"),
-    "distill/option-typo": (["distill", "--teacher", T, "--out", OUT, "--data", D, "-s", "hiden_size=64"], 2, "no option 'hiden_size'; valid: vocab"),
-    "distill/option-type": (["distill", "--teacher", T, "--out", OUT, "--data", D, "-s", "hidden_size=x"], 2, "hidden_size"),
+    "distill/option-not-kv": (["distill", "--teacher", T, "--out", OUT, "-s", "oops"], 2, "field=value"),
+    "distill/option-typo": (["distill", "--teacher", T, "--out", OUT, "--data", D, "-s", "student.options.hiden_size=64"], 2, "no option 'hiden_size'; valid: vocab"),
+    "distill/option-old-path": (["distill", "--teacher", T, "--out", OUT, "-s", "hidden_size=64"], 2, "-s student.options.hidden_size=VALUE"),
+    "distill/option-old-flag": (["distill", "--teacher", T, "--out", OUT, "--student-option", "hidden_size=64"], 2, "write -s student.options.KEY=VALUE"),
+    "distill/augment-option": (["distill", "--teacher", T, "--out", OUT, "--augment", "tang", "-s", "augment.methods.tang.options.p_ng=2"], 2, "fix augment.methods.tang.options.p_ng"),
+    "distill/augment-absent": (["distill", "--teacher", T, "--out", OUT, "--augment", "tang", "-s", "augment.methods.minimax.options.k=2"], 2, "has no 'minimax'"),
+    "distill/option-type": (["distill", "--teacher", T, "--out", OUT, "--data", D, "-s", "student.options.hidden_size=x"], 2, "hidden_size"),
     "distill/student": (["distill", "--teacher", T, "--out", OUT, "--student", "cnn"], 2, "bilstm"),
     "distill/loss": (["distill", "--teacher", T, "--out", OUT, "--loss", "l7"], 2, "mse"),
     "distill/augment": (["distill", "--teacher", T, "--out", OUT, "--augment", "shuffle"], 2, "tang"),
-    "distill/loss-option": (["distill", "--teacher", T, "--out", OUT, "--loss", "kd", "-l", "tau=3"], 2, "has no option 'tau'"),
-    "distill/layer-option": (["distill", "--teacher", T, "--out", OUT, "--student", "bert", "--intermediate", "pkd", "-i", "wieght=3"], 2, "valid: layer_map, weight"),
+    "distill/loss-option": (["distill", "--teacher", T, "--out", OUT, "--loss", "kd", "-s", "loss.options.tau=3"], 2, "has no option 'tau'; valid: none"),
+    "distill/layer-option": (["distill", "--teacher", T, "--out", OUT, "--student", "bert", "--intermediate", "pkd", "-s", "intermediate.options.wieght=3"], 2, "valid: layer_map, weight"),
     "distill/epochs-0": (["distill", "--teacher", T, "--out", OUT, "--epochs", "0"], 2, "epochs"),
     "distill/runtime": (["distill", "--teacher", T, "--out", OUT, "--teacher-runtime", "tpu"], 2, "torch"),
     "distill/teacher-missing": (["distill", "--teacher", "{w}/no-teacher", "--data", D, "--out", OUT], 2, "no-teacher"),
@@ -200,7 +205,8 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "run/unknown-field": (["run", X + "/recipe-unknown.yaml"], 2, "distil"),
     "run/bool-runs": (["run", X + "/recipe-runs-bool.yaml"], 2, "runs"),
     "run/student-typo": (["run", X + "/recipe-student-typo.yaml"], 2, "hiden_size"),
-    "run/set-bad": (["run", X + "/recipe-escape.yaml", "-s", "oops"], 2, "key=value"),
+    "run/moved-options": (["run", X + "/recipe-moved-options.yaml"], 2, "student: {name: bilstm, options: {...}}"),
+    "run/set-bad": (["run", X + "/recipe-escape.yaml", "-s", "oops"], 2, "field=value"),
     # trim
     "trim/keep-top-0": (["trim", S, "--out", OUT, "--keep-top", "0"], 2, "--keep-top"),
     "trim/min-freq-0": (["trim", S, "--out", OUT, "--min-freq", "0"], 2, "--min-freq"),
@@ -211,7 +217,7 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "report/missing": (["report", "{w}/nope"], 2, "not a folder"),
     "report/out-foreign": (["report", "{w}", "--out", X], 3, "--overwrite"),
     "report/bad-manifest": (["report", X + "/run-bad-manifest", "--out", OUT], 2, "manifest.json is not valid JSON"),
-    "distill/loss-option-valid": (["distill", "--teacher", T, "--out", OUT, "--loss", "annealing", "-l", "tau=3"], 2, "valid: tau_max, epochs_per_step"),
+    "distill/loss-option-valid": (["distill", "--teacher", T, "--out", OUT, "--loss", "annealing", "-s", "loss.options.tau=3"], 2, "valid: tau_max, epochs_per_step"),
 }  # fmt: skip
 
 

@@ -88,8 +88,8 @@ def test_cycle_finder_finds_a_cycle_made_by_an_import_inside_a_function():
 
 
 def test_import_graph_sees_imports_inside_functions():
-    # quickstart imports the stages only inside run_quickstart.
-    assert "edgekd.stages.distill" in import_graph()["edgekd.quickstart"]
+    # quickstart imports the recipe runner only inside run_quickstart.
+    assert "edgekd.recipe" in import_graph()["edgekd.quickstart"]
 
 
 def test_nothing_but_the_entry_point_imports_the_cli():

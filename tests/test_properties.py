@@ -67,7 +67,8 @@ RECIPE_KEYS = ["name", "data", "spec", "teacher", "path", "distill", "variants",
                "profile", "budget", "runs", "trials", "devices", "int8", "epochs"]  # fmt: skip
 SPEC_KEYS = ["name", "runner", "host", "threads", "cpu_affinity", "preset", "budget",
              "known_hosts", "port", "python", "max_p90_ms", "serial"]  # fmt: skip
-DISTILL_KEYS = [*DistillConfig.model_fields, "student_options", "hidden_size", "methods"]
+DISTILL_KEYS = [*DistillConfig.model_fields, "student_options", "hidden_size", "methods",
+                "name", "options", "k", "p"]  # fmt: skip
 
 
 @SETTINGS

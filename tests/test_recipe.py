@@ -18,9 +18,9 @@ def write_recipe(tmp_path: Path, teacher_dir: Path, data: Path, budget: dict, **
         "out": str(tmp_path / "run"),
         "data": {"spec": str(data)},
         "teacher": {"path": str(teacher_dir)},
-        "distill": {"epochs": 1, "student_options": {"embedding_dim": 16, "hidden_size": 8,
-                                                     "mlp_size": 16}},
-        "variants": {"small": {}, "tiny": {"student_options": {"hidden_size": 4}}},
+        "distill": {"epochs": 1, "student": {"name": "bilstm", "options": {
+            "embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}}},
+        "variants": {"small": {}, "tiny": {"student": {"options": {"hidden_size": 4}}}},
         "export": {"guard": False},
         "profile": {"runs": 6, "trials": 2, "warmup": 1, "seq_len": 8},
         "budget": budget,

@@ -21,8 +21,11 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from edgekd.config import AugmentConfig
+from pydantic import BaseModel, Field
+
+from edgekd.config import AugmentConfig, StrictModel
 from edgekd.data import sides_of
+from edgekd.registry import Component, NoOptions
 
 Tagger = Callable[[list[str]], list[str]]
 
@@ -56,6 +59,7 @@ class Augmenter:
     """One variant per text: `__call__(texts, rng) -> texts`."""
 
     name: ClassVar[str]
+    Config: ClassVar[type[BaseModel]] = NoOptions  # its options (`{name, options}`)
     # "text": makes new rows before teacher labelling. The registry also holds the
     # training-time methods: "select" (minimax) and "batch" (mixup).
     stage: ClassVar[str] = "text"
@@ -71,25 +75,46 @@ class Augmenter:
         return " ".join(self.words(words_of(text), rng))
 
     @classmethod
-    def from_config(cls, cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
-        """Build from the recipe; `corpus` is the training text (for POS statistics)."""
+    def from_config(cls, options: Any, corpus: Sequence[str], mask_token: str) -> Augmenter:
+        """Build from its validated `Config`; `corpus` is the training text (POS statistics)."""
         raise NotImplementedError
 
     def words(self, words: list[str], rng: random.Random) -> list[str]:
         raise NotImplementedError
 
 
+class MaskOptions(StrictModel):
+    p: float = Field(0.1, ge=0, le=1, description="Per-word mask probability (Tang: 0.1).")
+
+
+class PosOptions(StrictModel):
+    p: float = Field(0.1, ge=0, le=1, description="Per-word POS-swap probability (Tang: 0.1).")
+
+
+class NgramOptions(StrictModel):
+    p: float = Field(0.25, ge=0, le=1, description="Per-text n-gram probability (Tang: 0.25).")
+    max_n: int = Field(5, ge=1, description="n of the kept n-gram is uniform in 1..max_n.")
+
+
+class TangOptions(StrictModel):
+    p_mask: float = Field(0.1, ge=0, le=1, description="mask's p.")
+    p_pos: float = Field(0.1, ge=0, le=1, description="pos's p.")
+    p_ng: float = Field(0.25, ge=0, le=1, description="ngram's p.")
+    max_ngram: int = Field(5, ge=1, description="ngram's max_n.")
+
+
 class MaskAugmenter(Augmenter):
     """Each word becomes the mask token with probability `p`."""
 
     name = "mask"
+    Config = MaskOptions
 
     def __init__(self, p: float = 0.1, mask_token: str = "[MASK]") -> None:
         self.p, self.mask_token = p, mask_token
 
     @classmethod
-    def from_config(cls, cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
-        return cls(cfg.p_mask, mask_token)
+    def from_config(cls, options: Any, corpus: Sequence[str], mask_token: str) -> Augmenter:
+        return cls(options.p, mask_token)
 
     def words(self, words: list[str], rng: random.Random) -> list[str]:
         return [self.mask_token if rng.random() < self.p else w for w in words]
@@ -100,6 +125,7 @@ class PosAugmenter(Augmenter):
     same POS tag, sampled by its unigram frequency in the corpus given to `fit`."""
 
     name = "pos"
+    Config = PosOptions
 
     def __init__(self, tagger: Tagger, p: float = 0.1, mask_token: str = "[MASK]") -> None:
         self.tagger, self.p, self.mask_token = tagger, p, mask_token
@@ -107,8 +133,8 @@ class PosAugmenter(Augmenter):
         self._tags: dict[tuple[str, ...], list[str]] = {}
 
     @classmethod
-    def from_config(cls, cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
-        return cls(pattern_tagger(), cfg.p_pos, mask_token).fit(corpus)
+    def from_config(cls, options: Any, corpus: Sequence[str], mask_token: str) -> Augmenter:
+        return cls(pattern_tagger(), options.p, mask_token).fit(corpus)
 
     def fit(self, texts: Sequence[Any]) -> PosAugmenter:
         counts: dict[str, Counter[str]] = defaultdict(Counter)
@@ -156,13 +182,14 @@ class NgramAugmenter(Augmenter):
     """With probability `p`, keep only a random n-gram, n uniform in 1..max_n."""
 
     name = "ngram"
+    Config = NgramOptions
 
     def __init__(self, p: float = 0.25, max_n: int = 5) -> None:
         self.p, self.max_n = p, max_n
 
     @classmethod
-    def from_config(cls, cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
-        return cls(cfg.p_ng, cfg.max_ngram)
+    def from_config(cls, options: Any, corpus: Sequence[str], mask_token: str) -> Augmenter:
+        return cls(options.p, options.max_n)
 
     def words(self, words: list[str], rng: random.Random) -> list[str]:
         if not words or rng.random() >= self.p:
@@ -190,39 +217,54 @@ class TangAugmenter(ComposeAugmenter):
     """Tang et al.'s full recipe: mask → POS swap → n-gram."""
 
     name = "tang"
+    Config = TangOptions
 
     @classmethod
-    def from_config(cls, cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
+    def from_config(cls, options: Any, corpus: Sequence[str], mask_token: str) -> Augmenter:
         return cls(
             [
-                part.from_config(cfg, corpus, mask_token)
-                for part in (MaskAugmenter, PosAugmenter, NgramAugmenter)
+                MaskAugmenter(options.p_mask, mask_token),
+                PosAugmenter(pattern_tagger(), options.p_pos, mask_token).fit(corpus),
+                NgramAugmenter(options.p_ng, options.max_ngram),
             ]
         )
 
 
-def methods_of_stage(methods: Sequence[str], stage: str) -> list[str]:
-    """The named methods that run at `stage` ("text", "select" or "batch")."""
+def methods_of_stage(methods: Sequence[Component], stage: str) -> list[Component]:
+    """The methods that run at `stage` ("text", "select" or "batch"), in order."""
     from edgekd.registry import AUGMENTERS
 
-    return [name for name in methods if AUGMENTERS.get(name).stage == stage]
+    return [m for m in methods if AUGMENTERS.get(m.name).stage == stage]
+
+
+def method_options(cfg: AugmentConfig, stage: str) -> Any:
+    """The validated options of the one method of `stage` ("select", "batch")."""
+    from edgekd.registry import AUGMENTERS
+
+    (method,) = methods_of_stage(cfg.methods, stage)
+    return AUGMENTERS.options(method, f"augment.methods.{method.name}")
 
 
 def text_key(cfg: AugmentConfig) -> str:
-    """What the augmented rows depend on (training-time knobs left out), for caching."""
-    fields = cfg.model_dump(exclude={"minimax_k", "mixup_alpha", "alpha_sm", "alpha_tmkd"})
-    fields["methods"] = methods_of_stage(cfg.methods, "text")
+    """What the augmented rows depend on (training-time methods left out), for caching."""
+    fields = cfg.model_dump(exclude={"methods"})
+    fields["methods"] = [m.model_dump() for m in methods_of_stage(cfg.methods, "text")]
     return json.dumps(fields, sort_keys=True)
 
 
 def build_augmenter(cfg: AugmentConfig, corpus: Sequence[str], mask_token: str) -> Augmenter:
-    """The recipe's text augmenters, by registered name, composed in the order given."""
+    """The config's text augmenters, by registered name, composed in the order given."""
     from edgekd.registry import AUGMENTERS
 
-    names = methods_of_stage(cfg.methods, "text")
-    if not names:
+    methods = methods_of_stage(cfg.methods, "text")
+    if not methods:
         raise ValueError("no text augmenter among the methods (mask, pos, ngram, tang)")
-    parts = [AUGMENTERS.get(name).from_config(cfg, corpus, mask_token) for name in names]
+    parts = [
+        AUGMENTERS.get(m.name).from_config(
+            AUGMENTERS.options(m, f"augment.methods.{m.name}"), corpus, mask_token
+        )
+        for m in methods
+    ]
     return parts[0] if len(parts) == 1 else ComposeAugmenter(parts)
 
 

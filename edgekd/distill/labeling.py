@@ -47,7 +47,9 @@ def augmented_texts(
         rng = random.Random(cfg.augment.seed)
         keep = sorted(rng.sample(range(len(rows)), cfg.augment.max_rows))
         rows, sources = [rows[i] for i in keep], [sources[i] for i in keep]
-    console.print(f"augmentation {'+'.join(cfg.augment.methods)}: {len(rows):,} new rows")
+    console.print(
+        f"augmentation {'+'.join(m.name for m in cfg.augment.methods)}: {len(rows):,} new rows"
+    )
     return rows, sources
 
 

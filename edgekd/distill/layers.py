@@ -17,12 +17,14 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel, Field
 from torch import nn
 
+from edgekd.config import StrictModel
 from edgekd.students.base import map_layers
 
 
@@ -101,6 +103,16 @@ def masked_mse(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> torch.Te
     return ((a - b).pow(2) * mask).sum() / mask.sum().clamp_min(1.0)
 
 
+class LayerOptions(StrictModel):
+    layer_map: Literal["uniform", "top", "bottom", "last"] = Field(
+        "uniform", description="Teacher layer each student layer learns from (PKD-skip: uniform)."
+    )
+    weight: float | None = Field(None, ge=0, description="Weight of this term; unset: the loss's.")
+    stage_epochs: int | None = Field(
+        None, ge=0, description="Epochs of this term alone first; unset: the loss's (TinyBERT 2)."
+    )
+
+
 class LayerLoss(nn.Module):
     """Base: pick the layer pairs; `forward(student, teacher) -> scalar`.
 
@@ -108,6 +120,7 @@ class LayerLoss(nn.Module):
     train this term alone, later epochs the prediction loss alone.
     """
 
+    Config: ClassVar[type[BaseModel]] = LayerOptions
     needs_scores = False
     same_tokens = False  # True when the loss compares token positions, not [CLS] only
     default_weight = 1.0

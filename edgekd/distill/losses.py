@@ -7,14 +7,24 @@ mean is over labelled rows only.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel, Field
+
+from edgekd.config import StrictModel
+from edgekd.registry import NoOptions
 
 NO_LABEL = -100
 
 
 class DistillLoss:
     """L = ce_weight · H(y, σ(z_s)) + (1 − ce_weight) · D(z_s, z_t)."""
+
+    # The loss's own options (`loss: {name, options}`); ce_weight and temperature are
+    # distill fields, shared by every loss and scheduled per epoch.
+    Config: ClassVar[type[BaseModel]] = NoOptions
 
     def __init__(self, ce_weight: float = 0.0, temperature: float = 1.0) -> None:
         if not 0.0 <= ce_weight <= 1.0:
@@ -69,6 +79,11 @@ class HintonKDLoss(DistillLoss):
         return kl * t * t
 
 
+class AnnealingOptions(StrictModel):
+    tau_max: int = Field(7, ge=1, description="Temperature steps τ_max of stage I (paper: 7).")
+    epochs_per_step: int = Field(1, ge=1, description="Epochs k per temperature step.")
+
+
 class AnnealingKDLoss(DistillLoss):
     """Annealing KD (Jafari et al. 2021, "Annealing Knowledge Distillation", arXiv:2104.07163).
 
@@ -77,6 +92,8 @@ class AnnealingKDLoss(DistillLoss):
     step: the student first matches a flattened teacher, then a sharper one.
     Stage II, every later epoch: cross-entropy on gold labels only.
     """
+
+    Config = AnnealingOptions
 
     def __init__(
         self,

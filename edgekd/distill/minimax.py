@@ -15,6 +15,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
+from pydantic import Field
+
+from edgekd.config import StrictModel
 
 
 def kl_rows(teacher: np.ndarray, student: np.ndarray) -> np.ndarray:
@@ -28,10 +31,15 @@ def kl_rows(teacher: np.ndarray, student: np.ndarray) -> np.ndarray:
     return (np.exp(log_t) * (log_t - log_s)).sum(axis=1)
 
 
+class MinimaxOptions(StrictModel):
+    k: int = Field(2, ge=1, description="Candidates kept per text each epoch, most divergent.")
+
+
 class MinimaxSelector:
     """Picks, per source text, the `k` candidates the student gets most wrong."""
 
     stage: ClassVar[str] = "select"  # chooses among augmented rows, once per epoch
+    Config = MinimaxOptions
 
     def __init__(self, sources: np.ndarray, k: int) -> None:
         if k < 1:

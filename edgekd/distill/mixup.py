@@ -31,7 +31,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 
+from edgekd.config import StrictModel
 from edgekd.distill.losses import NO_LABEL
 from edgekd.students.tokenizer import StudentTokenizer
 
@@ -113,10 +115,17 @@ def teacher_mixed_logits(
     return teacher(inputs_embeds=lam * ea + (1 - lam) * eb, attention_mask=mask).logits
 
 
+class MixupOptions(StrictModel):
+    alpha: float = Field(0.4, gt=0, description="λ ~ Beta(alpha, alpha) (MixKD: 0.4).")
+    alpha_sm: float = Field(1.0, ge=0, description="Weight of CE on the mixed gold labels.")
+    alpha_tmkd: float = Field(1.0, ge=0, description="Weight of the teacher MSE on mixes.")
+
+
 class MixKD:
     """The MixKD term for one training run; `__call__` gives its loss on one batch."""
 
     stage: ClassVar[str] = "batch"  # runs inside the training loop, not on the text
+    Config = MixupOptions
 
     def __init__(
         self,

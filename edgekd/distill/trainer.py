@@ -17,36 +17,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgekd.config import DistillConfig, check_options, refuse_unknown
+from edgekd.config import DistillConfig
 from edgekd.data import Split, bucketed_batches
 from edgekd.errors import EdgeKDError
 from edgekd.progress import console, progress_bar
-from edgekd.registry import AUGMENTERS, LAYER_LOSSES, LOSSES, STUDENTS
+from edgekd.registry import LAYER_LOSSES, LOSSES, STUDENTS
 from edgekd.students.base import Student, predict_logits
 from edgekd.students.tokenizer import StudentTokenizer
 
 
-def keyword_options(cls: type) -> list[str]:
-    """The keyword options of `cls`: those of the first __init__ up its classes that
-    names them (subclasses that pass *args, **kwargs on are skipped)."""
-    import inspect
-
-    for c in cls.__mro__:
-        params = inspect.signature(c.__init__).parameters  # type: ignore[misc]
-        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-            return [n for n, p in params.items() if n != "self" and p.kind != p.VAR_POSITIONAL]
-    return []
-
-
 def build_loss(cfg: DistillConfig) -> Any:
     """The configured loss, checked against the epochs and schedules it is given."""
-    cls = LOSSES.get(cfg.loss)
-    valid = [n for n in keyword_options(cls) if n not in ("ce_weight", "temperature")]
-    refuse_unknown(f"loss {cfg.loss!r}", valid, cfg.loss_options, "--loss-option / loss_options")
-    try:
-        loss = cls(ce_weight=cfg.ce_weight, temperature=cfg.temperature, **cfg.loss_options)
-    except (TypeError, ValueError) as e:
-        raise EdgeKDError(f"loss {cfg.loss!r}: {e}; fix loss_options") from None
+    cls = LOSSES.get(cfg.loss.name)
+    options = LOSSES.options(cfg.loss, "loss")
+    loss = cls(ce_weight=cfg.ce_weight, temperature=cfg.temperature, **options.model_dump())
     for name in cfg.schedules:
         if name not in ("temperature", "ce_weight"):
             raise EdgeKDError(
@@ -54,7 +38,7 @@ def build_loss(cfg: DistillConfig) -> Any:
             )
     if cfg.epochs < loss.min_epochs:
         raise EdgeKDError(
-            f"loss {cfg.loss!r} needs at least {loss.min_epochs} epochs "
+            f"loss {cfg.loss.name!r} needs at least {loss.min_epochs} epochs "
             f"(got {cfg.epochs}); raise --epochs"
         )
     return loss
@@ -273,24 +257,10 @@ def train_student(
 
 
 def preflight(cfg: DistillConfig) -> None:
-    """Every check that needs no data or teacher, so a bad config fails at once."""
-    student_cls = STUDENTS.get(cfg.student)  # an unknown name raises, listing the valid ones
-    check_options(
-        f"student {cfg.student!r}", student_cls.Config, cfg.student_options, "--student-option"
-    )
-    if cfg.intermediate is not None:
-        # The four shape arguments come from the models, the rest from the user.
-        shapes = ("student_layers", "teacher_layers", "student_width", "teacher_width")
-        layer_cls = LAYER_LOSSES.get(cfg.intermediate)
-        valid = [n for n in keyword_options(layer_cls) if n not in shapes]
-        refuse_unknown(
-            f"intermediate {cfg.intermediate!r}", valid, cfg.intermediate_options,
-            "--intermediate-option",
-        )  # fmt: skip
-    for method in cfg.augment.methods:
-        AUGMENTERS.get(method)  # an unknown name fails here, before any work
-    build_loss(cfg)  # so do bad loss options
-    check_methods(cfg, student_cls)
+    """Every check that needs no data or teacher, so a bad config fails at once. (Each
+    component's options were validated when `cfg` was built.)"""
+    build_loss(cfg)  # the loss's epochs and schedules
+    check_methods(cfg, STUDENTS.get(cfg.student.name))
 
 
 def check_methods(cfg: DistillConfig, student_cls: Any) -> None:
@@ -305,22 +275,18 @@ def check_methods(cfg: DistillConfig, student_cls: Any) -> None:
         )
     if cfg.intermediate is None:
         return
-    from edgekd.students.base import LAYER_MAPS
-
-    layer_cls = LAYER_LOSSES.get(cfg.intermediate)
-    mapping = cfg.intermediate_options.get("layer_map", "uniform")
-    if mapping not in LAYER_MAPS:
-        raise EdgeKDError(f"unknown layer_map {mapping!r}; valid: {', '.join(LAYER_MAPS)}")
+    name = cfg.intermediate.name
     if "hidden_states" not in student_cls.capabilities:
         raise EdgeKDError(
-            f"intermediate loss {cfg.intermediate!r} needs a transformer student; "
-            "use --student bert"
+            f"intermediate loss {name!r} needs a transformer student; use --student bert"
         )
-    stages = cfg.intermediate_options.get("stage_epochs", layer_cls.default_stage_epochs)
+    layer_cls = LAYER_LOSSES.get(name)
+    options = LAYER_LOSSES.options(cfg.intermediate, "intermediate")
+    stages = options.stage_epochs
+    stages = layer_cls.default_stage_epochs if stages is None else stages
     if cfg.epochs <= stages:
         raise EdgeKDError(
-            f"{cfg.intermediate} trains {stages} intermediate-only epochs first; "
-            f"raise --epochs above {stages}"
+            f"{name} trains {stages} intermediate-only epochs first; raise --epochs above {stages}"
         )
 
 
@@ -335,7 +301,7 @@ def build_extras(
     pairs: bool = False,
 ) -> Extras:
     """The online teacher, layer loss, MixKD term and minimax selector the config asks for."""
-    from edgekd.distill.augment import methods_of_stage
+    from edgekd.distill.augment import method_options, methods_of_stage
 
     extras = Extras(teacher_tokenizer=teacher_tok, n_original=n_original)
     if cfg.intermediate is not None:
@@ -343,20 +309,20 @@ def build_extras(
 
         s_layers, s_width = encoder_shape(student)
         t_layers, t_width = encoder_shape(teacher)
-        layer_cls = LAYER_LOSSES.get(cfg.intermediate)
+        name = cfg.intermediate.name
+        layer_cls = LAYER_LOSSES.get(name)
         if layer_cls.same_tokens and tok.tokenizer.get_vocab() != dict(teacher_tok.get_vocab()):
             raise EdgeKDError(
-                f"{cfg.intermediate} compares tokens position by position; the student "
+                f"{name} compares tokens position by position; the student "
                 "must read the teacher's vocabulary (the bert student does)"
             )
+        options = LAYER_LOSSES.options(cfg.intermediate, "intermediate")
         try:
             extras.layer_loss = layer_cls(
-                s_layers, t_layers, s_width, t_width, **cfg.intermediate_options
+                s_layers, t_layers, s_width, t_width, **options.model_dump()
             )
-        except (TypeError, ValueError) as e:
-            raise EdgeKDError(
-                f"intermediate {cfg.intermediate!r}: {e}; fix --intermediate-option"
-            ) from None
+        except ValueError as e:  # e.g. more student layers than the teacher has
+            raise EdgeKDError(f"intermediate {name!r}: {e}; fix intermediate.options") from None
         extras.teacher = teacher
     if methods_of_stage(cfg.augment.methods, "batch"):
         from edgekd.distill.mixup import MixKD, TeacherAlignment
@@ -366,18 +332,19 @@ def build_extras(
                 "mixup mixes one token sequence per row; for sentence pairs use --student bert"
             )
 
-        a = cfg.augment
+        mix = method_options(cfg.augment, "batch")
         extras.mixkd = MixKD(
             teacher,
             TeacherAlignment(tok, teacher_tok, cfg.teacher_max_length),
-            a.mixup_alpha,
-            a.alpha_sm,
-            a.alpha_tmkd,
+            mix.alpha,
+            mix.alpha_sm,
+            mix.alpha_tmkd,
             cfg.seed,
         )
         extras.teacher = teacher
     if methods_of_stage(cfg.augment.methods, "select"):
         from edgekd.distill.minimax import MinimaxSelector
 
-        extras.selector = MinimaxSelector(np.array(sources, dtype=np.int64), cfg.augment.minimax_k)
+        k = method_options(cfg.augment, "select").k
+        extras.selector = MinimaxSelector(np.array(sources, dtype=np.int64), k)
     return extras

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekd.artifacts import CheckResult, LimitResult
-from edgekd.budget import Budget, collect_metrics, evaluate, load_budget
+from edgekd.budget import Budget, collect_metrics, evaluate, load_budget, resolve_shipped
 from edgekd.io import atomic_write_text
 
 
@@ -24,17 +24,20 @@ def check(
     device: str | None = None,
     threads: int | None = None,
     defaults: dict[str, Any] | None = None,
+    sets: dict[str, Any] | None = None,
 ) -> CheckResult:
     """Check the metrics measured in `artifacts` (export and profile folders) against
     `budget` (a model or a YAML path) for `device` (`defaults`: its spec's own limits,
     else read from the spec named `device`); with `out_dir`, write the verdict
     and its JUnit XML there. `threads`: the thread count the profiles ran at, for
-    budgets (and device entries) that do not set one."""
+    budgets (and device entries) that do not set one. `sets`: dotted budget fields set
+    over the file's (`--set max_p90_ms=5`)."""
     path = None
     if not isinstance(budget, Budget):
-        path, budget = str(budget), load_budget(budget)
-    b = budget_for(budget, device, threads, defaults)
+        path, budget = str(budget), load_budget(budget, sets)
+    b = resolve_shipped(budget_for(budget, device, threads, defaults), [Path(a) for a in artifacts])
     results = evaluate(b, collect_metrics([Path(a) for a in artifacts], b))
+    assert b.model != "shipped"  # resolved above
     result = CheckResult(
         budget=path,
         model=b.model,

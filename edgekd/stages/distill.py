@@ -36,7 +36,7 @@ def run_takd(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -
     Teacher Assistant", arXiv:1902.03393): two runs from one config.
 
     Run 1 distils the teacher into the assistant (`cfg.assistant` overrides any field:
-    student, student_options, intermediate, epochs...); run 2 distils the assistant
+    student, intermediate, epochs...); run 2 distils the assistant
     into the configured student. The folder holds the student, its config (with the
     `assistant` section) and the assistant in `assistant/`. In the metrics,
     `teacher_accuracy` is the original teacher's and `agreement` is with the assistant.
@@ -46,15 +46,15 @@ def run_takd(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -
     assert cfg.assistant is not None
     base = cfg.model_dump(exclude={"assistant"})
     a_cfg = validate(DistillConfig, {**base, **cfg.assistant}, "assistant")
-    if "hidden_states" not in STUDENTS.get(a_cfg.student).capabilities:
+    if "hidden_states" not in STUDENTS.get(a_cfg.student.name).capabilities:
         raise EdgeKDError(
-            f"assistant student {a_cfg.student!r} cannot teach (it is no HF classifier); "
+            f"assistant student {a_cfg.student.name!r} cannot teach (it is no HF classifier); "
             "use an assistant with student: bert"
         )
     with atomic_dir(out_dir, overwrite) as tmp:
-        console.print(f"TAKD run 1/2: {cfg.teacher} → assistant ({a_cfg.student})")
+        console.print(f"TAKD run 1/2: {cfg.teacher} → assistant ({a_cfg.student.name})")
         a_metrics = distill(a_cfg, tmp / "assistant")
-        console.print(f"TAKD run 2/2: assistant → student ({cfg.student})")
+        console.print(f"TAKD run 2/2: assistant → student ({cfg.student.name})")
         s_cfg = cfg.model_copy(update={"assistant": None, "teacher": str(tmp / "assistant")})
         student = distill(s_cfg, tmp / "student")
         for item in (tmp / "student").iterdir():
@@ -113,12 +113,12 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
 
     t = time.perf_counter()
     try:
-        student, tok = STUDENTS.get(cfg.student).prepare(
-            cfg.student_options, transfer.texts, task.num_labels, teacher, teacher_tok
+        student, tok = STUDENTS.get(cfg.student.name).prepare(
+            cfg.student.options, transfer.texts, task.num_labels, teacher, teacher_tok
         )
-    except (ValueError, TypeError) as e:  # pydantic errors are ValueErrors
+    except ValueError as e:  # options that fit the config model but not this teacher
         raise EdgeKDError(
-            f"student options {cfg.student_options}: {str(e).splitlines()[0]}; fix --student-option"
+            f"student {cfg.student.name!r}: {str(e).splitlines()[0]}; fix student.options"
         ) from None
     pairs = not isinstance(task.train.texts[0], str)
     extras = build_extras(cfg, student, tok, teacher, teacher_tok, sources, len(task.train), pairs)
@@ -145,14 +145,14 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
             "teacher": cfg.teacher,
             "extra_teachers": cfg.extra_teachers,
             "teacher_runtime": runtime,
-            "student": cfg.student,
+            "student": cfg.student.name,
             "teacher_accuracy": float((teacher_pred == gold).mean()),
             "student_accuracy": float((pred == gold).mean()),
             "agreement": float((pred == teacher_pred).mean()),
             **student.params(),
             "init": student.init_notes,
             "lr": cfg.lr or student.default_lr,
-            "intermediate": cfg.intermediate,
+            "intermediate": cfg.intermediate.name if cfg.intermediate else None,
             "vocab_size": tok.vocab_size,
             "n_train": len(task.train),
             "n_augmented": len(extra),

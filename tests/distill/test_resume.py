@@ -19,7 +19,8 @@ def distill_argv(teacher: Path, data: Path, out: Path, epochs: int = 6) -> list[
     return [
         sys.executable, "-m", "edgekd", "distill", "--teacher", str(teacher),
         "--data", str(data), "--out", str(out), "--epochs", str(epochs), "--patience", "99",
-        "-s", "embedding_dim=16", "-s", "hidden_size=8", "-s", "mlp_size=16",
+        "-s", "student.options.embedding_dim=16", "-s", "student.options.hidden_size=8",
+        "-s", "student.options.mlp_size=16",
     ]  # fmt: skip
 
 
@@ -79,7 +80,7 @@ def test_a_changed_config_does_not_resume_and_names_the_field(
     options = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
     cfg = DistillConfig(
         teacher=str(tiny_teacher), data=DataConfig(spec=str(tiny_data)), epochs=2,
-        student_options=options,
+        student={"name": "bilstm", "options": options},
     )  # fmt: skip
     # Keep the checkpoint of a first run (a finished run removes what edgekd owns).
     monkeypatch.setattr(stage, "discard_checkpoint", lambda out: None)

@@ -11,7 +11,7 @@ SMALL = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
 
 
 def cfg(teacher, data, **kw):
-    kw = {"epochs": 2, "batch_size": 16, "student_options": SMALL, **kw}
+    kw = {"epochs": 2, "batch_size": 16, "student": {"name": "bilstm", "options": SMALL}, **kw}
     return DistillConfig(teacher=str(teacher), data=DataConfig(spec=str(data)), **kw)
 
 
@@ -141,7 +141,10 @@ def test_run_distill_annealing_needs_its_schedule_length(tiny_data, tmp_path):
     with pytest.raises(EdgeKDError, match=r"needs at least 7 epochs \(got 2\)"):
         run_distill(cfg("no/teacher", tiny_data, loss="annealing"), tmp_path / "out")
     with pytest.raises(EdgeKDError, match=r"loss 'mse' has no option 'tau'; valid: none"):
-        run_distill(cfg("no/teacher", tiny_data, loss_options={"tau": 3}), tmp_path / "out")
+        run_distill(
+            cfg("no/teacher", tiny_data, loss={"name": "mse", "options": {"tau": 3}}),
+            tmp_path / "out",
+        )
 
 
 def test_run_distill_ensemble_averages_teachers(tiny_teacher, tiny_data, tmp_path, monkeypatch):
@@ -191,21 +194,22 @@ BERT = {"layers": 1, "max_length": 16}
     [
         {"intermediate": "pkd"},
         {"intermediate": "alp"},
-        {"intermediate": "tinybert", "epochs": 3, "intermediate_options": {"stage_epochs": 1}},
+        {"intermediate": {"name": "tinybert", "options": {"stage_epochs": 1}}, "epochs": 3},
         {"augment": {"methods": ["mixup"]}},
         {"augment": {"methods": ["mask", "mixup"], "n_iter": 2}, "intermediate": "pkd"},
     ],
 )
 def test_run_distill_trains_bert_student_with_each_method(tiny_teacher, tiny_data, tmp_path, extra):
-    kw = {"student": "bert", "student_options": BERT, **extra}
+    kw = {"student": {"name": "bert", "options": BERT}, **extra}
     m = run_distill(cfg(tiny_teacher, tiny_data, **kw), tmp_path / "s")
-    assert m["intermediate"] == extra.get("intermediate")
+    layer = extra.get("intermediate")
+    assert m["intermediate"] == (layer["name"] if isinstance(layer, dict) else layer)
     assert "layer 1←1: copied" in m["init"]
     assert (tmp_path / "s" / "config.json").is_file()  # an HF folder too
 
 
 def test_run_distill_tinybert_first_stage_epochs_are_never_best(tiny_teacher, tiny_data, tmp_path):
-    kw = {"student": "bert", "student_options": BERT, "intermediate": "tinybert"}
+    kw = {"student": {"name": "bert", "options": BERT}, "intermediate": "tinybert"}
     m = run_distill(cfg(tiny_teacher, tiny_data, epochs=3, **kw), tmp_path / "s")
     assert m["best_epoch"] == 3  # stage 1 (epochs 1-2) trains hidden layers only
     with pytest.raises(EdgeKDError, match="raise --epochs above 2"):
@@ -222,7 +226,13 @@ def test_run_distill_mixup_same_seed_gives_identical_student(tiny_teacher, tiny_
 
 
 def test_run_distill_minimax_trains_on_k_picks_per_text(tiny_teacher, tiny_data, tmp_path):
-    aug = {"methods": ["mask", "minimax"], "n_iter": 4, "p_mask": 0.5, "minimax_k": 1}
+    aug = {
+        "methods": [
+            {"name": "mask", "options": {"p": 0.5}},
+            {"name": "minimax", "options": {"k": 1}},
+        ],
+        "n_iter": 4,
+    }
     c = cfg(tiny_teacher, tiny_data, augment=aug)
     m = run_distill(c, tmp_path / "s")
     from edgekd.data import load_task
@@ -243,12 +253,8 @@ def test_run_distill_minimax_trains_on_k_picks_per_text(tiny_teacher, tiny_data,
         ({"intermediate": "pkd"}, "use --student bert"),
         ({"student": "bert", "intermediate": "nope"}, "valid names: alp, pkd, tinybert"),
         (
-            {
-                "student": "bert",
-                "intermediate": "pkd",
-                "intermediate_options": {"layer_map": "x"},
-            },
-            "valid: uniform, top, bottom, last",
+            {"student": "bert", "intermediate": {"name": "pkd", "options": {"layer_map": "x"}}},
+            "'uniform', 'top', 'bottom' or 'last'; fix intermediate.options.layer_map",
         ),
     ],
 )
@@ -256,12 +262,12 @@ def test_run_distill_refuses_impossible_method_combinations(
     tiny_teacher, tiny_data, tmp_path, kw, message
 ):
     with pytest.raises(EdgeKDError, match=message):
-        run_distill(cfg(tiny_teacher, tiny_data, **{"student_options": {}, **kw}), tmp_path / "s")
+        run_distill(cfg(tiny_teacher, tiny_data, **{"student": "bilstm", **kw}), tmp_path / "s")
     assert not (tmp_path / "s").exists()
 
 
 def test_run_distill_takd_chains_teacher_assistant_student(tiny_teacher, tiny_data, tmp_path):
-    assistant = {"student": "bert", "student_options": BERT}
+    assistant = {"student": {"name": "bert", "options": BERT}}
     m = run_distill(cfg(tiny_teacher, tiny_data, assistant=assistant), tmp_path / "s")
     a = json.loads((tmp_path / "s" / "assistant" / "metrics.json").read_text())
     assert (tmp_path / "s" / "assistant" / "config.json").is_file()  # an HF classifier
@@ -281,7 +287,7 @@ def test_run_distill_pkd_feeds_each_model_its_own_tokens(tiny_teacher, tiny_data
 
     vocab = str(build_other_vocab(tmp_path / "vocab"))
     options = {**BERT, "tokenizer": vocab}
-    kw = {"student": "bert", "student_options": options}
+    kw = {"student": {"name": "bert", "options": options}}
     m = run_distill(cfg(tiny_teacher, tiny_data, intermediate="pkd", **kw), tmp_path / "s")
     assert m["vocab_size"] == 9 and m["intermediate"] == "pkd"
     # TinyBERT compares token positions: it needs the teacher's own vocabulary.
