@@ -15,20 +15,28 @@ import shlex
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from edgekd.devices.base import DeviceSpec, RemoteDevice, run_command
+from pydantic import Field
+
+from edgekd.devices.base import RemoteDevice, RemoteOptions, run_command
 
 ANDROID_TMP = "/data/local/tmp"
 
 
+class AdbOptions(RemoteOptions):
+    serial: str | None = Field(None, description="Device serial (`adb devices`); one phone: unset.")
+    adb: str = Field("adb", description="The adb executable.")
+    remote_root: str = Field(
+        ANDROID_TMP, description="Folder on the phone under which a temp folder is made."
+    )
+
+
 class AdbDevice(RemoteDevice):
-    def __init__(self, spec: DeviceSpec) -> None:
-        if spec.remote_root == DeviceSpec.model_fields["remote_root"].default:
-            spec = spec.model_copy(update={"remote_root": ANDROID_TMP})
-        super().__init__(spec)
+    Config = AdbOptions
+    opts: AdbOptions
 
     def adb_argv(self, *args: str) -> list[str]:
-        serial = ["-s", self.spec.serial] if self.spec.serial else []
-        return [self.spec.adb, *serial, *args]
+        serial = ["-s", self.opts.serial] if self.opts.serial else []
+        return [self.opts.adb, *serial, *args]
 
     def shell_argv(self, argv: list[str]) -> list[str]:
         return self.adb_argv("shell", " ".join(shlex.quote(a) for a in argv))
@@ -38,7 +46,7 @@ class AdbDevice(RemoteDevice):
         return run_command(argv, f"{what} on {self.spec.name}", self.spec.timeout_s, fix)
 
     def make_dir(self) -> PurePosixPath:
-        folder = PurePosixPath(self.spec.remote_root) / f"edgekd-{secrets.token_hex(6)}"
+        folder = PurePosixPath(self.opts.remote_root) / f"edgekd-{secrets.token_hex(6)}"
         self.shell(["mkdir", "-p", str(folder)])
         return folder
 

@@ -11,13 +11,13 @@ import contextlib
 import json
 import subprocess
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import BaseModel, Field, model_validator
 
 from edgekd.config import PLAIN_NAME, StrictModel, load_yaml, validate
 from edgekd.errors import EdgeKDError
-from edgekd.registry import DEVICES
+from edgekd.registry import DEVICES, Component, NoOptions
 
 SPEC_DIR = Path(__file__).parent / "specs"
 AGENT = Path(__file__).parent / "agent.py"
@@ -47,21 +47,33 @@ class DeviceSpec(StrictModel):
         description="Default limits for this device (budget fields); a budget file's "
         "`devices:` entry for it takes precedence.",
     )
-    # Remote runners (ssh, adb).
-    host: str | None = Field(None, description="ssh: host name or address.")
-    user: str | None = Field(None, description="ssh: login user (default: yours).")
-    port: int = Field(22, ge=1, le=65535, description="ssh: port.")
-    identity_file: str | None = Field(None, description="ssh: private key file.")
-    known_hosts: str = Field(
-        "~/.ssh/known_hosts", description="ssh: host keys; the host's key must be in it."
+    timeout_s: float = Field(900, gt=0, description="Limit per agent command, seconds.")
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The runner's own fields (ssh: host, user, port, ...; adb: serial, "
+        "adb); a spec file writes them beside the fields above.",
     )
-    serial: str | None = Field(None, description="adb: device serial (adb devices).")
-    adb: str = Field("adb", description="adb: the adb executable.")
-    python: str = Field("python3", description="Python on the target, with onnxruntime + numpy.")
-    remote_root: str = Field(
-        "/tmp", description="Folder on the target under which a temp folder is made."
-    )
-    timeout_s: float = Field(900, gt=0, description="Limit per remote command, seconds.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _runner_fields(cls, value: Any) -> Any:
+        # A spec is flat, as users write it: every key that is not a field of every
+        # device belongs to its runner, and is validated by the runner's own model.
+        if not isinstance(value, dict):
+            return value
+        common = {k: v for k, v in value.items() if k in cls.model_fields}
+        own = {k: v for k, v in value.items() if k not in cls.model_fields}
+        options = common.get("options") or {}
+        return {**common, "options": {**options, **own} if isinstance(options, dict) else options}
+
+    @model_validator(mode="after")
+    def _runner_options(self) -> DeviceSpec:
+        self.runner_options()  # an unknown runner or a bad field of its: one line, now
+        return self
+
+    def runner_options(self) -> Any:
+        """The runner's typed options (its `Config`), validated through `DEVICES`."""
+        return DEVICES.options(Component(name=self.runner, options=self.options), "")
 
     def int8_preset(self) -> str:
         """The preset `edgekd export --device` uses for this target."""
@@ -80,15 +92,28 @@ class DeviceSpec(StrictModel):
         return args
 
 
+class RemoteOptions(StrictModel):
+    """The fields every remote runner (ssh, adb) takes."""
+
+    python: str = Field("python3", description="Python on the target, with onnxruntime + numpy.")
+    remote_root: str = Field(
+        "/tmp", description="Folder on the target under which a temp folder is made."
+    )
+
+
 class Device:
     """Runs `agent.py` on the target and returns its JSON.
 
-    Subclasses implement `run_agent`; `files` maps agent flags (`model`, `vs`,
+    Subclasses implement `run_agent`, and declare `Config`, the spec fields of their
+    own (validated when the spec is read); `files` maps agent flags (`model`, `vs`,
     `texts`, `tokenizer`) to local files the agent reads.
     """
 
+    Config: ClassVar[type[BaseModel]] = NoOptions
+
     def __init__(self, spec: DeviceSpec) -> None:
         self.spec = spec
+        self.opts = spec.runner_options()
 
     def run_agent(self, files: dict[str, Path], args: list[str]) -> dict[str, Any]:
         raise NotImplementedError
@@ -96,6 +121,8 @@ class Device:
 
 class RemoteDevice(Device):
     """Stage, run, fetch, clean up: the transport-independent half of ssh and adb."""
+
+    Config: ClassVar[type[BaseModel]] = RemoteOptions
 
     def make_dir(self) -> PurePosixPath:
         raise NotImplementedError
@@ -115,7 +142,7 @@ class RemoteDevice(Device):
         try:
             agent = folder / "agent.py"
             self.push(AGENT, agent)
-            cmd = [self.spec.python, str(agent), *args, *self.spec.agent_args()]
+            cmd = [self.opts.python, str(agent), *args, *self.spec.agent_args()]
             for flag, path in files.items():
                 # Fixed names on the target: a user's file name never reaches a shell.
                 remote = folder / f"{flag}{STAGED_SUFFIX.get(flag, '.bin')}"
@@ -176,13 +203,14 @@ def load_spec(name_or_path: str, **overrides: Any) -> DeviceSpec:
     if not isinstance(data, dict):
         raise EdgeKDError(f"{path} must be a YAML mapping (name, runner, ...); fix the file", 2)
     data.update({k: v for k, v in overrides.items() if v is not None})
-    spec = validate(DeviceSpec, data, str(path))
+    try:
+        spec = validate(DeviceSpec, data, str(path))
+    except EdgeKDError as e:  # the runner's own fields: say which file
+        raise EdgeKDError(str(e) if str(e).startswith(str(path)) else f"{path}: {e}", 2) from None
     if spec.budget:
         from edgekd.budget import Budget
 
         validate(Budget, spec.budget, f"{path}: budget")
-    if spec.runner not in DEVICES:
-        DEVICES.get(spec.runner)  # raises, listing valid runners
     return spec
 
 

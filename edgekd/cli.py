@@ -893,8 +893,10 @@ def devices(
         return
     for name in packaged_devices():
         spec = load_spec(name)
-        where = spec.host or spec.serial or ("set host" if spec.runner == "ssh" else "this machine")
-        if spec.runner == "adb" and not spec.serial:
+        own = spec.options
+        where = own.get("host") or own.get("serial")
+        where = where or ("set host" if spec.runner == "ssh" else "this machine")
+        if spec.runner == "adb" and not own.get("serial"):
             where = "the one attached phone"
         typer.echo(
             f"{name}: runner={spec.runner} ({where}) threads={spec.threads} "

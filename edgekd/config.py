@@ -325,6 +325,22 @@ class ExportConfig(StrictModel):
         pattern=r"^\d+x\d+$",
         description="BATCHxSEQUENCE: a fixed-shape variant (NNAPI/CoreML need one).",
     )
+    formats: list[Component] = Field(
+        default_factory=list,
+        description="More registered export formats, each a name or {name, options} "
+        "(the built-in onnx, int8, ort and pte have the switches above).",
+    )
+
+    @field_validator("formats")
+    @classmethod
+    def _formats_registered(cls, value: list[Component]) -> list[Component]:
+        from edgekd.registry import FORMATS
+
+        for c in value:
+            if c.name in BUILTIN_FORMATS:
+                raise ValueError(f"{c.name} is not listed in formats: {BUILTIN_FORMATS[c.name]}")
+            FORMATS.options(c, f"formats.{c.name}")  # registered, and its options valid
+        return value
 
     @field_validator("int8", mode="before")
     @classmethod
@@ -357,6 +373,13 @@ class ExportConfig(StrictModel):
         return self
 
 
+# The built-in export formats and the switch each is asked for with instead of `formats`.
+BUILTIN_FORMATS = {
+    "onnx": "fp32 ONNX is always written",
+    "int8": "set int8: true (edgekd export --int8)",
+    "ort": "set mobile: true (edgekd export --mobile)",
+    "pte": "set executorch: true (edgekd export --executorch)",
+}
 # Export options with no effect without int8, and those with none without static int8.
 INT8_OPTIONS = {"int8_mode", "preset", "per_channel", "reduce_range", "max_int8_drop"}
 STATIC_OPTIONS = {"calibration", "calibration_samples"}

@@ -92,18 +92,24 @@ class Registry(Generic[T]):
         model = self.config_model(component.name)
         valid = list(model.model_fields)
         unknown = sorted(set(component.options) - set(valid))
+        # `where` "": the options sit flat in their file (a device spec).
+        path = f"{where}.options." if where else ""
+        if unknown and not path:
+            raise EdgeKDError(
+                f"{self.kind} {component.name!r} has no field {unknown[0]!r}; its own fields: "
+                f"{', '.join(valid) or 'none'}; fix that key"
+            )
         if unknown:
             raise EdgeKDError(
                 f"{self.kind} {component.name!r} has no option {unknown[0]!r}; valid: "
-                f"{', '.join(valid) or 'none'} (set {where}.options.<field>)"
+                f"{', '.join(valid) or 'none'} (set {path}<field>)"
             )
         try:
             return model.model_validate(component.options)
         except ValidationError as e:
             field, message = first_error(e)
             raise EdgeKDError(
-                f"{self.kind} {component.name!r}: option {field!r}: {message}; "
-                f"fix {where}.options.{field}"
+                f"{self.kind} {component.name!r}: option {field!r}: {message}; fix {path}{field}"
             ) from None
 
 

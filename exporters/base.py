@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import BaseModel
 
 from edgekd.artifacts import MODEL_FILES
 from edgekd.config import ExportConfig
 from edgekd.errors import EdgeKDError
+from edgekd.registry import NoOptions
 
 
 class Exporter:
@@ -114,14 +116,22 @@ class ExportJob:
 
 
 class ExportFormat:
-    """One output format of `edgekd export` (registry `FORMATS`, run in its order)."""
+    """One output format of `edgekd export` (registry `FORMATS`, run in its order).
+
+    A format is asked for as `{name, options}` in `export.formats`, its options typed
+    by its `Config` and validated when the export config is read. The built-in four
+    keep the switches users know them by (`--int8`, `--mobile`, `--executorch`)."""
 
     name: ClassVar[str]
     # The student capability this format needs (Student.capabilities), if any.
     needs: ClassVar[str | None] = None
+    Config: ClassVar[type[BaseModel]] = NoOptions
+
+    def __init__(self, options: Any = None) -> None:
+        self.options = options if options is not None else self.Config()
 
     def wanted(self, cfg: ExportConfig) -> bool:
-        raise NotImplementedError
+        return any(c.name == self.name for c in cfg.formats)
 
     def write(self, job: ExportJob) -> None:
         raise NotImplementedError

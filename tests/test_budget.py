@@ -220,3 +220,39 @@ def test_an_int8_budget_fails_when_the_export_guard_refused_int8(tmp_path):
     with pytest.raises(EdgeKDError, match="re-export with --int8") as e:
         collect_metrics([tmp_path], b)
     assert e.value.exit_code == 2
+
+
+def test_a_shipped_budget_gates_the_model_the_export_ships(tmp_path):
+    from edgekd.stages.check import check
+
+    fp32 = {"path": "model.onnx", "bytes": 10, "accuracy": 0.9}
+    int8 = {"path": "model.int8.onnx", "bytes": 4, "accuracy": 0.8}
+    b = Budget(model="shipped", max_bytes=5, max_int8_drop=0.05)
+    # int8 kept: the int8 model is judged, its 0.1 accuracy drop included.
+    (tmp_path / "export.json").write_text(
+        json.dumps({"models": {"fp32": fp32, "int8": int8}, "int8_drop": 0.1})
+    )
+    result = check(b, [tmp_path])
+    assert result.model == "int8"
+    assert [(r.limit, r.measured, r.passed) for r in result.limits] == [
+        ("max_bytes", 4.0, True),
+        ("max_int8_drop", 0.1, False),
+    ]
+    # int8 refused by the guard: fp32 ships and is judged; it was never quantised.
+    (tmp_path / "export.json").write_text(
+        json.dumps({"models": {"fp32": fp32}, "int8_refused": True})
+    )
+    result = check(b, [tmp_path])
+    assert result.model == "fp32"
+    assert [(r.limit, r.measured, r.passed) for r in result.limits] == [("max_bytes", 10.0, False)]
+    empty = tmp_path / "profiles-only"
+    empty.mkdir()
+    with pytest.raises(EdgeKDError, match="`model: shipped` needs one export folder"):
+        check(b, [empty])
+
+
+def test_load_budget_applies_dotted_sets_over_the_file(tmp_path):
+    path = tmp_path / "b.yaml"
+    path.write_text("max_bytes: 100\ndevices: {pi: {max_p90_ms: 9}}\n")
+    b = load_budget(path, {"max_bytes": 5, "devices.pi.max_p90_ms": 3})
+    assert b.max_bytes == 5 and b.for_device("pi").max_p90_ms == 3

@@ -576,3 +576,32 @@ def test_nothing_but_the_entry_point_imports_the_cli():
     ]
     offenders = [str(p) for p in sources if "edgekd.cli" in p.read_text(encoding="utf-8")]
     assert len(sources) > 30 and offenders == []
+
+
+def test_every_command_takes_set_overrides_the_same_way(tmp_path, tiny_data, tiny_teacher):
+    from conftest import distill_tiny_bilstm
+
+    student = distill_tiny_bilstm(tiny_teacher, tiny_data, tmp_path / "s")
+    config = tmp_path / "export.yaml"
+    config.write_text("opset: 18\natol: 0.001\n")
+    r = invoke(
+        "export", student, "--out", tmp_path / "e", "--config", config, "-s", "atol=0.01",
+        "--int8", "--no-guard",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    resolved = yaml.safe_load((tmp_path / "e" / "config.yaml").read_text())
+    # The file's opset, --set over the file's atol, the flags over both.
+    assert (resolved["opset"], resolved["atol"], resolved["int8"], resolved["guard"]) == (
+        18, 0.01, True, False,
+    )  # fmt: skip
+    r = invoke(
+        "profile", tmp_path / "e" / "model.onnx", "-s", "runs=4", "-s", "trials=2",
+        "-s", "warmup=1", "-s", "seq_lens=[8]", "--json", tmp_path / "p.json",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "p.json").read_text())["runs"] == 4
+    budget = tmp_path / "b.yaml"
+    budget.write_text("model: fp32\nmax_bytes: 100000000\n")
+    assert invoke("check", "--budget", budget, tmp_path / "e").exit_code == 0
+    r = invoke("check", "--budget", budget, tmp_path / "e", "-s", "max_bytes=10")
+    assert r.exit_code == 1 and "FAIL" in r.output

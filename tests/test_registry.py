@@ -25,3 +25,27 @@ def test_register_rejects_duplicate_name():
         reg.register("a", object())
     reg.register("b", dict)
     assert reg.names() == ["a", "b"] and reg.get("b") is dict
+
+
+def test_options_are_validated_by_the_components_config_model():
+    from edgekd.registry import STUDENTS, Component
+
+    opts = STUDENTS.options(Component(name="bilstm", options={"hidden_size": 8}), "student")
+    assert opts.hidden_size == 8 and opts.embedding_dim == 300  # the model's defaults
+    with pytest.raises(EdgeKDError, match=r"has no option 'hiden'; valid: vocab, embedding_dim"):
+        STUDENTS.options(Component(name="bilstm", options={"hiden": 8}), "student")
+    with pytest.raises(EdgeKDError, match=r"option 'hidden_size': .*; fix student.options"):
+        STUDENTS.options(Component(name="bilstm", options={"hidden_size": "8"}), "student")
+    # A component without a Config takes no options.
+    assert LOSSES.options(Component(name="mse"), "loss").model_dump() == {}
+    with pytest.raises(EdgeKDError, match="loss 'mse' has no option 'tau'; valid: none"):
+        LOSSES.options(Component(name="mse", options={"tau": 1}), "loss")
+
+
+def test_a_component_is_written_as_a_name_or_name_and_options():
+    from edgekd.registry import Component
+
+    assert Component.model_validate("kd") == Component(name="kd", options={})
+    assert Component.model_validate({"name": "kd", "options": {"x": 1}}).options == {"x": 1}
+    with pytest.raises(ValueError):
+        Component.model_validate({"name": "kd", "option": {}})

@@ -44,7 +44,8 @@ def export(
     student_dir = Path(student_dir)
     reference = StudentPredictor(student_dir)
     model, tok = reference.model, reference.tokenizer
-    formats = [FORMATS.get(name)() for name in FORMATS.names_in_order()]
+    listed = {c.name: FORMATS.options(c, f"formats.{c.name}") for c in cfg.formats}
+    formats = [FORMATS.get(name)(listed.get(name)) for name in FORMATS.names_in_order()]
     wanted = [f for f in formats if f.wanted(cfg)]
     for f in wanted:  # before any data loads: a format the student cannot take
         if f.needs is not None and f.needs not in model.capabilities:

@@ -73,7 +73,7 @@ def test_adb_runner_defaults_to_android_tmp_and_any_attached_phone(tmp_path):
     spec = tmp_path / "p.yaml"
     spec.write_text("name: p\nrunner: adb\n")
     dev = load_device(str(spec))
-    assert dev.spec.remote_root == "/data/local/tmp"
+    assert dev.opts.remote_root == "/data/local/tmp"
     assert dev.adb_argv("devices") == ["adb", "devices"]  # no -s without a serial
 
 

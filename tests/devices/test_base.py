@@ -17,8 +17,20 @@ def test_packaged_specs_all_load_with_valid_default_budgets():
 
 
 def test_load_spec_applies_overrides_like_host():
-    assert load_spec("raspberry-pi-4", host="pi@10.0.0.7").host == "pi@10.0.0.7"
-    assert load_spec("raspberry-pi-4", host=None).host is None  # None means "not given"
+    assert load_spec("raspberry-pi-4", host="pi@10.0.0.7").runner_options().host == "pi@10.0.0.7"
+    # None means "not given"
+    assert load_spec("raspberry-pi-4", host=None).runner_options().host is None
+
+
+def test_a_runner_validates_its_own_spec_fields():
+    # ssh's fields belong to the ssh runner: typed by its config model, refused elsewhere.
+    assert load_spec("raspberry-pi-4", port=2222).runner_options().port == 2222
+    with pytest.raises(EdgeKDError, match="option 'port': Input should be less than or equal"):
+        load_spec("raspberry-pi-4", port=70000)
+    with pytest.raises(EdgeKDError, match="runner 'local' has no field 'host'; its own fields"):
+        load_spec("local-cpu", host="pi@10.0.0.7")
+    with pytest.raises(EdgeKDError, match="unknown device runner 'teleport'; valid names: adb"):
+        load_spec("local-cpu", runner="teleport")
 
 
 @pytest.mark.parametrize(
@@ -27,7 +39,7 @@ def test_load_spec_applies_overrides_like_host():
         ("name: x\nthreads: 0\n", "field 'threads': Input should be greater than or equal to 1"),
         ("name: x\nbudget: {max_p90_ms: -1}\n", "budget: field 'max_p90_ms'"),
         ("name: x\nbudget: {max_latency: 3}\n", "field 'max_latency': Extra inputs"),
-        ("name: x\ncolour: red\n", "field 'colour': Extra inputs"),
+        ("name: x\ncolour: red\n", "has no field 'colour'; its own fields: none"),
         ("- a\n- b\n", "must be a YAML mapping"),
     ],
 )
