@@ -412,7 +412,9 @@ def distill(
     raw = apply_sets(
         raw, {f"student.options.{k}": v for k, v in sizes.items() if v is not None}, DistillConfig
     )
-    aug = given(ctx, n_iter=n_iter, max_rows=max_augmented)
+    aug = given(ctx, n_iter=n_iter, max_augmented=max_augmented)
+    if "max_augmented" in aug:
+        aug["max_rows"] = aug.pop("max_augmented")
     raw = apply_sets(raw, {f"augment.{k}": v for k, v in aug.items()})
     if assistant_layers is not None:
         raw["assistant"] = {"student": {"name": "bert", "options": {"layers": assistant_layers}}}

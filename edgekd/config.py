@@ -124,13 +124,7 @@ class AugmentConfig(StrictModel):
     @classmethod
     def _moved_options(cls, value: Any) -> Any:
         # Before 0.3 every augmenter's knob sat here; say where each one went.
-        moved = sorted(set(value) & set(MOVED_AUGMENT_OPTIONS)) if isinstance(value, dict) else []
-        if moved:
-            raise ValueError(
-                f"augment.{moved[0]} moved into its augmenter's options since edgekd 0.3: "
-                f"{MOVED_AUGMENT_OPTIONS[moved[0]]}"
-            )
-        return value
+        return refuse_moved(value, MOVED_AUGMENT_OPTIONS, "augment.")
 
     @field_validator("methods")
     @classmethod
@@ -140,6 +134,15 @@ class AugmentConfig(StrictModel):
         if twice:
             raise ValueError(f"augmenter {twice[0]!r} is listed twice; list it once")
         return value
+
+
+def refuse_moved(value: Any, moved: dict[str, str], prefix: str) -> Any:
+    """`value` unchanged, unless it holds a key that moved in edgekd 0.3: then the
+    error says what to write instead."""
+    keys = sorted(set(value) & set(moved)) if isinstance(value, dict) else []
+    if keys:
+        raise ValueError(f"{prefix}{keys[0]} moved since edgekd 0.3: write {moved[keys[0]]}")
+    return value
 
 
 # augment.<old key> → where it lives now (an augmenter's own options).
@@ -216,13 +219,7 @@ class DistillConfig(StrictModel):
     @classmethod
     def _moved_options(cls, value: Any) -> Any:
         # Before 0.3 a component's options sat beside its name; say where they go now.
-        moved = sorted(set(value) & set(MOVED_DISTILL_OPTIONS)) if isinstance(value, dict) else []
-        if moved:
-            raise ValueError(
-                f"{moved[0]} moved into the component since edgekd 0.3: write "
-                f"{MOVED_DISTILL_OPTIONS[moved[0]]}"
-            )
-        return value
+        return refuse_moved(value, MOVED_DISTILL_OPTIONS, "")
 
     @field_validator("assistant")
     @classmethod

@@ -270,6 +270,9 @@ def run_recipe(
     from edgekd.devices.base import load_spec
 
     recipe = load_recipe(path, overrides)
+    # Unreadable or offline data fails here, before the run folder is claimed (the read
+    # is kept: the profile stages time these dev texts).
+    dev_texts(recipe.data)
     out = claim_folder(recipe.out_dir(), overwrite)
     started = time.time()
     stages = Stages(out, force)

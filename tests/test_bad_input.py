@@ -200,6 +200,10 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "predict/threads": (["predict", B, "hi", "--threads", "-2"], 2, "--threads"),
     # run
     "run/missing": (["run", "{w}/nope.yaml"], 2, "does not exist"),
+    # quickstart: its built-in recipe, so the same checks, before the folder is claimed
+    "quickstart/missing-data": (["quickstart", "--data", "{w}/nope", "--teacher", T, "--out", OUT], 2, "nope"),
+    "quickstart/set-typo": (["quickstart", "--data", D, "--teacher", T, "--out", OUT, "-s", "distill.student.options.hiden=3"], 2, "no option 'hiden'"),
+    "quickstart/out-foreign": (["quickstart", "--data", D, "--teacher", T, "--out", X], 3, "--overwrite"),
     "run/variant-escape": (["run", X + "/recipe-escape.yaml"], 2, "plain folder name"),
     "run/variant-absolute": (["run", X + "/recipe-absolute.yaml"], 2, "plain folder name"),
     "run/unknown-field": (["run", X + "/recipe-unknown.yaml"], 2, "distil"),
@@ -242,7 +246,7 @@ def test_every_command_is_in_the_matrix():
     from typer.main import get_command
 
     covered = {case.split("/")[0] for case in CASES}
-    commands = set(get_command(app).commands) - {"quickstart"}  # = run's built-in recipe
+    commands = set(get_command(app).commands)
     assert commands <= covered, commands - covered
     assert len(CASES) >= 60
 

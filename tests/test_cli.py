@@ -299,7 +299,7 @@ def test_cli_trim_reports_vocabulary_and_accuracy_change(tmp_path, tiny_data, ti
 def test_cli_minimax_k_reaches_the_resolved_config(tmp_path, tiny_data, tiny_teacher):
     r = invoke(
         "distill", "--teacher", tiny_teacher, "--data", tiny_data, "--out", tmp_path / "s",
-        "--epochs", 1, "--augment", "mask,minimax", "--n-iter", 2,
+        "--epochs", 1, "--augment", "mask,minimax", "--n-iter", 2, "--max-augmented", 50,
         "-s", "augment.methods.minimax.options.k=1",
         "-s", "student.options.embedding_dim=16", "-s", "student.options.hidden_size=8",
     )  # fmt: skip
@@ -309,6 +309,7 @@ def test_cli_minimax_k_reaches_the_resolved_config(tmp_path, tiny_data, tiny_tea
         {"name": "mask", "options": {}},
         {"name": "minimax", "options": {"k": 1}},
     ]
+    assert (resolved["augment"]["n_iter"], resolved["augment"]["max_rows"]) == (2, 50)
 
 
 def test_cli_check_writes_junit_bench_json_and_github_summary(tmp_path, monkeypatch):
