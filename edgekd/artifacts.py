@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_fie
 
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_write_text, read_json
+from edgekd.registry import first_error
 
 # ------------------------------------------------------------------ file names
 # Non-JSON files of a stage folder; JSON artifacts name theirs in `FILE` below.
@@ -85,10 +86,9 @@ class Artifact(Nested):
         try:
             return cls.model_validate(data)
         except ValidationError as e:
-            first = e.errors()[0]
-            field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+            field, message = first_error(e)
             raise EdgeKDError(
-                f"{path} is not a valid {cls.FILE} ({field}: {first['msg']}); re-create it "
+                f"{path} is not a valid {cls.FILE} ({field}: {message}); re-create it "
                 f"with `{cls.MADE_BY}`"
             ) from None
 

@@ -460,22 +460,6 @@ def validate(model: type[M], data: Any, source: str) -> M:
         ) from None
 
 
-def refuse_unknown(what: str, valid: list[str], options: dict[str, Any], flag: str) -> None:
-    """One line naming the first option `what` does not take, and the ones it does."""
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise EdgeKDError(
-            f"{what} has no option {unknown[0]!r}; valid: {', '.join(valid) or 'none'} ({flag})"
-        )
-
-
-def check_options(what: str, model: type[M], options: dict[str, Any], flag: str) -> M:
-    """A component's options validated against its own config model, before any data is
-    read: an unknown or bad field is one line naming it and the valid ones."""
-    refuse_unknown(what, list(model.model_fields), options, flag)
-    return validate(model, options, f"{what} ({flag})")
-
-
 def parse_sets(pairs: list[str] | None, flag: str = "--set") -> dict[str, Any]:
     """`a.b=value` pairs → {dotted field: value}; values are YAML (`300`, `true`, `[a, b]`)."""
     out: dict[str, Any] = {}
