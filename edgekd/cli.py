@@ -123,10 +123,14 @@ def user_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def config_data(model: type[BaseModel], config: Path | None, sets: list[str] | None) -> Any:
+    """The --config file's fields (if any) with the --set fields applied, as plain data."""
+    return apply_sets(load_fields(config), parse_sets(sets), model)
+
+
 def load_config(model: type[M], config: Path | None, sets: list[str] | None) -> M:
     """`model` from the --config file (if any) with the --set fields applied."""
-    raw = apply_sets(load_fields(config), parse_sets(sets), model)
-    return validate(model, raw, str(config) if config else "--set")
+    return validate(model, config_data(model, config, sets), str(config) if config else "--set")
 
 
 def component_name(value: Any) -> str | None:
@@ -173,7 +177,9 @@ def given(ctx: typer.Context, **values: Any) -> dict[str, Any]:
     # By name: typer carries its own copy of click, whose enum is not click's.
     def typed(name: str) -> bool:
         source = ctx.get_parameter_source(name)
-        return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")
+        if source is None:  # not a parameter of this command: a bug here, never "untyped"
+            raise TypeError(f"{ctx.command.name} has no parameter {name!r}")
+        return source.name not in ("DEFAULT", "DEFAULT_MAP")
 
     return {k: v for k, v in values.items() if typed(k)}
 
@@ -392,7 +398,7 @@ def distill(
             )
     sets = parse_sets(set_)
     _hint_student_option(sets)
-    raw = apply_sets(load_fields(config), {})
+    raw = load_fields(config)
     if teacher:
         raw["teacher"] = teacher
     if not raw.get("teacher"):
@@ -560,7 +566,7 @@ def export(
         reduce_range=reduce_range, max_int8_drop=max_int8_drop, calibration=calibration,
         calibration_samples=calibration_samples,
     )  # fmt: skip
-    raw = apply_sets(load_fields(config), parse_sets(set_))
+    raw = config_data(ExportConfig, config, set_)
     # The flag spelling: int8 only with --int8 (a config file or -s int8=true also asks).
     raw.setdefault("int8", False)
     flags = {p.name: "/".join(p.opts + p.secondary_opts) for p in ctx.command.params}
@@ -768,7 +774,7 @@ def profile(
     # The flags' defaults, under the --config file and --set, under the flags typed.
     raw = {
         **{k: v for k, v in flags.items() if v is not None},
-        **apply_sets(load_fields(config), parse_sets(set_)),
+        **config_data(ProfileConfig, config, set_),
         **{names.get(k, k): flags[names.get(k, k)] for k in typed},
     }
     cfg = validate(ProfileConfig, raw, str(config) if config else "profile options")
