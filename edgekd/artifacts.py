@@ -133,6 +133,24 @@ class DistillMetrics(Artifact):
     labels: list[str]
 
 
+class LabelerCalibration(Artifact):
+    """How the teacher's int8 ONNX labels compare with its fp32 labels, on a seeded
+    sample of the transfer texts (never dev): half picks the margin below which an
+    int8 label is redone in fp32, the other half measures the result. Cached beside
+    the teacher logits it decided (`<key>.calibration.json`)."""
+
+    FILE: ClassVar[str] = "calibration.json"
+    MADE_BY: ClassVar[str] = "edgekd distill"
+    kind: Literal["calibration"] = "calibration"
+    choice: Literal["hybrid", "onnx"]  # what labels the transfer set: int8+fp32, or fp32
+    margin: float  # top-1 minus top-2 int8 logit below which fp32 relabels (logit units)
+    n: int  # rows in the measuring half
+    int8_agreement: float  # int8 alone vs fp32, argmax, on the measuring half
+    hybrid_agreement: float  # int8 with low-margin rows relabelled, same rows
+    relabelled: float  # fraction of the measuring half relabelled in fp32
+    floor: float  # the agreement the hybrid must reach, else fp32 labels everything
+
+
 class TeacherMetrics(Artifact):
     FILE: ClassVar[str] = "metrics.json"
     MADE_BY: ClassVar[str] = "edgekd teacher"

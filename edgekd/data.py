@@ -94,6 +94,70 @@ def bucketed_batches(
     return batches
 
 
+# ---------------------------------------------------------------- selection split
+
+
+def _words(text: Text) -> tuple[str, ...]:
+    side = text if isinstance(text, str) else "\x01".join(text)
+    return tuple(side.lower().split())
+
+
+def _spans(words: tuple[str, ...]) -> set[tuple[str, ...]]:
+    """Every contiguous run of words (n·(n+1)/2 of them)."""
+    return {words[i:j] for i in range(len(words)) for j in range(i + 1, len(words) + 1)}
+
+
+def maximal_rows(texts: Sequence[Text]) -> list[int]:
+    """Indices of the rows no other row contains as a run of words (case-insensitive),
+    first occurrence of each. In a phrase dataset these are the whole sentences; in
+    most datasets, every distinct row. Each row's runs are looked up in the set of all
+    rows: n·(n+1)/2 lookups for an n-word row (~3 s for SST-2's 67k rows)."""
+    words = [_words(t) for t in texts]
+    whole = set(words)
+    inner: set[tuple[str, ...]] = set()
+    for w in whole:
+        inner |= {s for s in _spans(w) if s != w and s in whole}
+    seen: set[tuple[str, ...]] = set()
+    out = []
+    for i, w in enumerate(words):
+        if w and w not in inner and w not in seen:
+            seen.add(w)
+            out.append(i)
+    return out
+
+
+def carve_selection(train: Split, rows: int, seed: int) -> tuple[Split, Split, int]:
+    """(train left, selection, rows dropped for overlap): a held-out split from `train`
+    that chooses the epoch and the early stop, so dev is never read to pick anything.
+
+    Phrase datasets (SST-2 holds 67k phrases of 6.9k sentences) repeat a sentence in
+    its parts: a held-out sentence whose phrases stay in training would score what
+    was learnt by heart. So the selection is drawn from the *maximal* rows (no other
+    row contains them as a run of words), and every training row that is a run of
+    words inside a selected row is dropped. For data of whole sentences this drops
+    only duplicates. Pairs are compared side by side as one sequence.
+    """
+    if rows <= 0 or len(train) < 2:
+        return train, Split([], []), 0
+    words = [_words(t) for t in train.texts]
+    candidates = maximal_rows(train.texts)
+    rng = random.Random(seed)
+    # At most a tenth of the training rows, so small data keeps most of its rows.
+    picked = rng.sample(candidates, min(rows, len(candidates), max(1, len(train) // 10)))
+    chosen = set(picked)
+    taken: set[tuple[str, ...]] = set()
+    for i in picked:
+        taken |= _spans(words[i])
+    keep = [i for i, w in enumerate(words) if i not in chosen and w not in taken]
+    dropped = len(train) - len(keep) - len(picked)
+    picked.sort()
+    return (
+        Split([train.texts[i] for i in keep], [train.labels[i] for i in keep]),
+        Split([train.texts[i] for i in picked], [train.labels[i] for i in picked]),
+        dropped,
+    )
+
+
 # ---------------------------------------------------------------- raw rows
 
 

@@ -22,7 +22,9 @@ from rich.text import Text
 T = TypeVar("T")
 
 # Progress goes to stderr so `--json -` style stdout stays machine-readable.
-console = Console(stderr=True)
+# soft_wrap: a long status line stays one line in a log (rich would otherwise break it
+# at 80 columns when stderr is no terminal, and `grep '^epoch'` would miss its end).
+console = Console(stderr=True, soft_wrap=True)
 
 
 class SpeedColumn(ProgressColumn):

@@ -229,3 +229,42 @@ def test_duplicate_column_names_are_refused(tmp_path: Path):
     (tmp_path / "d.csv").write_text("text,text,label\na,b,1\nc,d,0\n")
     with pytest.raises(EdgeKDError, match="two columns named 'text'"):
         load(tmp_path / "d.csv")
+
+
+def test_maximal_rows_are_those_no_other_row_contains():
+    from edgekd.data import maximal_rows
+
+    texts = ["a good movie", "Good", "good movie", "a bad day", "bad day", "A GOOD MOVIE", "meh"]
+    # "good", "good movie" and "bad day" sit inside longer rows; the repeat of row 0 is one.
+    assert maximal_rows(texts) == [0, 3, 6]
+
+
+def test_carve_selection_holds_out_whole_sentences_and_drops_their_phrases():
+    from edgekd.data import Split, carve_selection
+
+    sentences = [f"movie {i} was really quite good" for i in range(30)]
+    phrases = [f"movie {i} was" for i in range(30)] + ["really quite good", "good"]
+    train = Split(sentences + phrases, list(range(len(sentences) + len(phrases))))
+    left, select, dropped = carve_selection(train, 5, seed=0)
+    # A tenth of 62 rows caps the selection at 6; 5 asked for.
+    assert len(select) == 5 and all(t in sentences for t in select.texts)
+    # Each held-out sentence takes its own "movie i was" along; the shared phrases
+    # ("really quite good", "good") are inside every sentence, so they leave too.
+    assert dropped == 5 + 2 and len(left) == 62 - 5 - 7
+    assert not any(t in s for t in left.texts for s in select.texts)
+    # Labels travel with their rows.
+    assert all(
+        train.labels[train.texts.index(t)] == y
+        for t, y in zip(left.texts, left.labels, strict=False)
+    )
+    again = carve_selection(train, 5, seed=0)
+    assert again[1].texts == select.texts  # seeded
+    assert carve_selection(train, 0, seed=0) == (train, Split([], []), 0)
+
+
+def test_carve_selection_caps_at_a_tenth_of_the_rows():
+    from edgekd.data import Split, carve_selection
+
+    train = Split([f"row number {i}" for i in range(40)], [0] * 40)
+    left, select, dropped = carve_selection(train, 500, seed=0)
+    assert (len(left), len(select), dropped) == (36, 4, 0)

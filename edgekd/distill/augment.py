@@ -274,15 +274,20 @@ def generate(texts: Sequence[Any], augmenter: Augmenter, n_iter: int, seed: int)
 
 
 def generate_with_sources(
-    texts: Sequence[Any], augmenter: Augmenter, n_iter: int, seed: int
+    texts: Sequence[Any],
+    augmenter: Augmenter,
+    n_iter: int,
+    seed: int,
+    known: Sequence[Any] = (),
 ) -> tuple[list[Any], list[int]]:
     """`generate`, plus the index of the text each variant came from.
 
     Order is deterministic: iteration by iteration, text by text. A variant that
-    two texts produce is kept once, for the first.
+    two texts produce is kept once, for the first; one in `texts` or `known` (the
+    other training texts) is not kept.
     """
     rng = random.Random(seed)
-    seen = set(texts)
+    seen = set(texts) | set(known)
     out, sources = [], []
     for _ in range(n_iter):
         for i, variant in enumerate(augmenter(texts, rng)):

@@ -70,6 +70,11 @@ def cache_key(
     return h.hexdigest()[:32]
 
 
+def has_cached(cache_dir: Path, key: str) -> bool:
+    """Whether logits under `key` are stored (not whether they read back)."""
+    return (cache_dir / f"{key}.safetensors").is_file()
+
+
 def cached_logits(
     cache_dir: Path, key: str, compute: Callable[[], np.ndarray]
 ) -> tuple[np.ndarray, bool]:

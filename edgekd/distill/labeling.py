@@ -1,9 +1,21 @@
 """The transfer set: training texts plus augmented variants, labelled by the teacher(s).
 
 Teacher logits are computed once per (teacher, texts, max length, augmentation,
-runtime) and cached (see `cache.py`). The teacher runs on PyTorch fp32, or on an
-int8 ONNX export of itself (`teacher_runtime: onnx-int8`), which labels faster;
-its speedup and its agreement with the fp32 teacher are measured on dev.
+runtime) and cached (see `cache.py`). Runtimes (`teacher_runtime`):
+
+- `torch`: the PyTorch fp32 teacher.
+- `onnx`: its fp32 ONNX export on onnxruntime (the same logits to ~1e-5, faster).
+- `onnx-int8`: its dynamic int8 export for every row (fastest; agreement measured).
+- `auto` (default): int8 for the rows it is sure of, fp32 ONNX for the close calls.
+  A seeded sample of the transfer texts (never dev) is labelled both ways: half of
+  it sets the int8 margin below which fp32 relabels a row, the other half measures
+  the result; if that falls under 99.5% argmax agreement, fp32 labels everything.
+  Below `AUTO_MIN_ROWS` uncached rows, the export would cost more than it saves and
+  PyTorch labels them.
+
+Dev rows are always labelled in fp32 (PyTorch, or ONNX when the run uses ONNX):
+they are the reference the student is judged against. Texts are labelled once each
+(duplicates share a row) in length-sorted batches.
 """
 
 from __future__ import annotations
@@ -12,20 +24,44 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from edgekd.artifacts import LabelerCalibration
 from edgekd.config import DistillConfig
-from edgekd.distill.cache import cache_key, cached_logits, default_cache_dir, teacher_fingerprint
+from edgekd.distill.cache import (
+    cache_key,
+    cached_logits,
+    default_cache_dir,
+    has_cached,
+    teacher_fingerprint,
+)
 from edgekd.errors import EdgeKDError
 from edgekd.progress import console
 
 # (texts, progress description) → logits (N × C, float32), rows in the order of texts
-Labeler = Callable[[list[str], str], np.ndarray]
-# (config, teacher name, teacher fingerprint) → a faster labeler (the int8 ONNX teacher)
-FastLabeler = Callable[[DistillConfig, str, str], Labeler]
+Labeler = Callable[[list[Any], str], np.ndarray]
+
+AGREEMENT_FLOOR = 0.995  # int8 labels only where they agree with fp32 on ≥ 99.5% of rows
+CALIBRATION_ROWS = 2_000  # 1,000 rows pick the margin, 1,000 others measure it
+# Exporting and quantizing the teacher takes ~25 s on 2 cores; at ~470 rows/s (PyTorch)
+# vs ~1,300 (auto), labelling 20,000 rows saves ~27 s: below that, PyTorch labels.
+AUTO_MIN_ROWS = 20_000
+MARGIN_SLACK = 1.5  # × the largest int8 margin seen on a disagreement: room for the tail
+
+
+class OnnxTeacher(Protocol):
+    """The teacher as ONNX (built by `edgekd.exporters.teacher`, injected from there)."""
+
+    def fp32(self, texts: list[Any], what: str) -> np.ndarray: ...
+
+    def int8(self, texts: list[Any], what: str) -> np.ndarray: ...
+
+
+# (config, teacher name, teacher fingerprint) → its ONNX labelers, exported on first use
+OnnxRuntime = Callable[[DistillConfig, str, str], OnnxTeacher]
 
 
 def augmented_texts(
@@ -39,10 +75,23 @@ def augmented_texts(
         return [], []
     mask = getattr(tokenizer, "mask_token", None) or "[MASK]"
     augmenter = build_augmenter(cfg.augment, train_texts, mask)
-    with console.status(f"augmenting {len(train_texts):,} texts × {cfg.augment.n_iter}"):
+    # A phrase dataset already holds the parts of its sentences (n-gram variants, in
+    # effect): varying the parts again adds little, varying the sentences adds new rows.
+    if cfg.augment.sources == "maximal":
+        from edgekd.data import maximal_rows
+
+        picked = maximal_rows(train_texts)
+    else:
+        picked = list(range(len(train_texts)))
+    with console.status(f"augmenting {len(picked):,} texts × {cfg.augment.n_iter}"):
         rows, sources = generate_with_sources(
-            train_texts, augmenter, cfg.augment.n_iter, cfg.augment.seed
+            [train_texts[i] for i in picked],
+            augmenter,
+            cfg.augment.n_iter,
+            cfg.augment.seed,
+            known=train_texts,
         )
+    sources = [picked[i] for i in sources]  # back to indices of train_texts
     if cfg.augment.max_rows is not None and len(rows) > cfg.augment.max_rows:
         rng = random.Random(cfg.augment.seed)
         keep = sorted(rng.sample(range(len(rows)), cfg.augment.max_rows))
@@ -57,6 +106,26 @@ def cache_dir(cfg: DistillConfig) -> Path:
     return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
 
 
+def deduplicated(labeler: Labeler) -> Labeler:
+    """Label each distinct text once (augmentation and phrase datasets repeat rows)."""
+
+    def label(texts: list[Any], what: str) -> np.ndarray:
+        first: dict[Any, int] = {}
+        distinct: list[Any] = []
+        inverse = []
+        for t in texts:
+            k = t if isinstance(t, str) else tuple(t)
+            if k not in first:
+                first[k] = len(distinct)
+                distinct.append(t)
+            inverse.append(first[k])
+        if len(distinct) == len(texts):
+            return labeler(texts, what)
+        return labeler(distinct, what)[np.array(inverse)]
+
+    return label
+
+
 def torch_labeler(cfg: DistillConfig, model: Any, tokenizer: Any) -> Labeler:
     from edgekd.distill.teacher import teacher_logits
 
@@ -65,62 +134,113 @@ def torch_labeler(cfg: DistillConfig, model: Any, tokenizer: Any) -> Labeler:
     )
 
 
+def margins(logits: np.ndarray) -> np.ndarray:
+    """Top-1 minus top-2 logit per row (logit units): how sure the labeler is."""
+    top2 = np.sort(logits, axis=1)[:, -2:]
+    return top2[:, 1] - top2[:, 0]
+
+
+def pick_margin(fp32: np.ndarray, int8: np.ndarray) -> float:
+    """The int8 margin under which a row is relabelled in fp32: every disagreement seen
+    lies below it (with `MARGIN_SLACK`); 0 when int8 never disagreed."""
+    wrong = fp32.argmax(1) != int8.argmax(1)
+    return float(MARGIN_SLACK * margins(int8)[wrong].max()) if wrong.any() else 0.0
+
+
+def calibration_sample(texts: list[Any], seed: int) -> list[Any]:
+    return random.Random(seed).sample(texts, min(CALIBRATION_ROWS, len(texts)))
+
+
+def calibrate(onnx: OnnxTeacher, sample: list[Any]) -> LabelerCalibration:
+    """Pick the relabel margin on one half of `sample`, measure it on the other."""
+    f = onnx.fp32(sample, "calibrating labelers (fp32)")
+    q = onnx.int8(sample, "calibrating labelers (int8)")
+    half = len(sample) // 2
+    margin = pick_margin(f[:half], q[:half])
+    fb, qb = f[half:], q[half:]
+    low = margins(qb) < margin
+    hybrid = np.where(low[:, None], fb, qb)
+    agree = float((hybrid.argmax(1) == fb.argmax(1)).mean()) if len(fb) else 0.0
+    return LabelerCalibration(
+        choice="hybrid" if agree >= AGREEMENT_FLOOR else "onnx",
+        margin=margin,
+        n=len(fb),
+        int8_agreement=float((qb.argmax(1) == fb.argmax(1)).mean()) if len(fb) else 0.0,
+        hybrid_agreement=agree,
+        relabelled=float(low.mean()) if len(fb) else 0.0,
+        floor=AGREEMENT_FLOOR,
+    )
+
+
+def hybrid_labeler(onnx: OnnxTeacher, margin: float) -> Labeler:
+    """int8 logits, with the rows whose int8 margin is under `margin` redone in fp32."""
+
+    def label(texts: list[Any], what: str) -> np.ndarray:
+        out = onnx.int8(texts, what)
+        low = np.flatnonzero(margins(out) < margin)
+        if len(low):
+            out[low] = onnx.fp32([texts[i] for i in low], f"{what}: fp32 for close calls")
+        return out
+
+    return label
+
+
 def label_splits(
     cfg: DistillConfig,
     fingerprint: str,
-    splits: dict[str, list[str]],
-    labeler: Labeler,
-    runtime: str,
+    splits: dict[str, list[Any]],
+    labelers: dict[str, tuple[Labeler, str]],
 ) -> tuple[dict[str, np.ndarray], dict[str, bool]]:
-    """Logits per named split, each from the cache when its key matches."""
-    from edgekd.distill.augment import text_key
-
-    augmentation = text_key(cfg.augment)
+    """Logits per named split, each from the cache when its key matches. `labelers`:
+    split → (labeler, runtime name in the cache key)."""
     out, hits = {}, {}
     for split, texts in splits.items():
-        key = cache_key(
-            fingerprint,
-            texts,
-            cfg.teacher_max_length,
-            augmentation if split == "augmented" else "none",
-            runtime,
-        )
+        labeler, runtime = labelers[split]
         out[split], hits[split] = cached_logits(
-            cache_dir(cfg), key, lambda t=texts, s=split: labeler(t, f"teacher logits ({s})")
+            cache_dir(cfg),
+            split_key(cfg, fingerprint, split, texts, runtime),
+            lambda t=texts, s=split, f=labeler: f(t, f"teacher logits ({s})"),
         )
     return out, hits
 
 
-def compare_runtimes(
-    reference: Labeler, fast: Labeler, texts: list[str]
-) -> tuple[np.ndarray, dict[str, float]]:
-    """Label `texts` with both, timed side by side; the reference's logits and a report."""
-    t = time.perf_counter()
-    ref = reference(texts, "teacher fp32 (dev, timed)")
-    ref_s = time.perf_counter() - t
-    t = time.perf_counter()
-    got = fast(texts, "teacher int8 (dev, timed)")
-    fast_s = time.perf_counter() - t
-    return ref, {
-        "agreement_with_fp32": float((ref.argmax(1) == got.argmax(1)).mean()),
-        "speedup_vs_torch": ref_s / max(fast_s, 1e-9),
-        "torch_seconds": ref_s,
-        "int8_seconds": fast_s,
-    }
+def split_key(
+    cfg: DistillConfig, fingerprint: str, split: str, texts: list[Any], runtime: str
+) -> str:
+    from edgekd.distill.augment import text_key
+
+    augmentation = text_key(cfg.augment) if split == "augmented" else "none"
+    return cache_key(fingerprint, texts, cfg.teacher_max_length, augmentation, runtime)
+
+
+def cached_calibration(
+    cfg: DistillConfig, key: str, onnx: OnnxTeacher, sample: list[Any]
+) -> LabelerCalibration:
+    """`calibrate`, once per (teacher, sample): stored beside the logits it decides."""
+    path = cache_dir(cfg) / f"{key}.calibration.json"
+    if path.is_file():
+        try:
+            return LabelerCalibration.read(path)
+        except EdgeKDError:  # damaged: it is only a cache
+            pass
+    result = calibrate(onnx, sample)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    result.write(path)
+    return result
 
 
 def teacher_labels(
     cfg: DistillConfig,
-    splits: dict[str, list[str]],
+    splits: dict[str, list[Any]],
     teacher: Any,
     tokenizer: Any,
     label_names: list[str],
-    fast_labeler: FastLabeler | None = None,
+    onnx_runtime: OnnxRuntime | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, bool], dict[str, Any]]:
     """Logits for every split from the configured teacher(s) and runtime.
 
-    Returns (logits, cache hits, runtime report). Dev logits always come from the
-    fp32 PyTorch teacher: they are the reference the student is judged against.
+    Returns (logits, cache hits, runtime report: what labelled the transfer set, why,
+    the calibration when int8 took part, and rows/s over the rows labelled).
     """
     from edgekd.distill.teacher import load_teacher, teacher_label_names
 
@@ -133,23 +253,16 @@ def teacher_labels(
                 f"the first teacher {label_names}; ensemble teachers must agree"
             )
         fp = teacher_fingerprint(name, model)
-        reference = torch_labeler(cfg, model, tok)
-        if cfg.teacher_runtime == "torch":
-            logits, teacher_hits = label_splits(cfg, fp, splits, reference, "torch")
-        else:
-            if fast_labeler is None:  # the runtime lives a layer up (exporters): injected
-                raise EdgeKDError(
-                    f"teacher_runtime {cfg.teacher_runtime!r} needs a labeler; use torch"
-                )
-            fast = fast_labeler(cfg, name, fp)
-            rest = {k: v for k, v in splits.items() if k != "dev"}
-            logits, teacher_hits = label_splits(cfg, fp, rest, fast, cfg.teacher_runtime)
-            logits["dev"], timing = compare_runtimes(reference, fast, splits["dev"])
-            teacher_hits["dev"] = False
-            if i == 0:
-                report.update(timing)
+        labelers, info = choose_labelers(cfg, name, fp, splits, model, tok, onnx_runtime)
+        t = time.perf_counter()
+        logits, teacher_hits = label_splits(cfg, fp, splits, labelers)
+        seconds = time.perf_counter() - t
+        labelled = sum(len(splits[s]) for s, hit in teacher_hits.items() if not hit)
         if i == 0:
             hits = teacher_hits  # the first teacher's cache use is the one reported
+            report.update(info)
+            if labelled:
+                report["rows_per_s"] = round(labelled / max(seconds, 1e-9), 1)
         per_teacher.append(logits)
         del model
     if len(per_teacher) == 1:
@@ -163,3 +276,65 @@ def teacher_labels(
         for split in splits
     }
     return combined, hits, report
+
+
+def choose_labelers(
+    cfg: DistillConfig,
+    name: str,
+    fingerprint: str,
+    splits: dict[str, list[Any]],
+    model: Any,
+    tokenizer: Any,
+    onnx_runtime: OnnxRuntime | None,
+) -> tuple[dict[str, tuple[Labeler, str]], dict[str, Any]]:
+    """Per split, the labeler and its cache name; and what was chosen, with why.
+    Nothing is exported or calibrated while the cache holds every split."""
+    runtime = cfg.teacher_runtime
+    transfer = {k: v for k, v in splits.items() if k != "dev"}
+    texts = [t for v in transfer.values() for t in v]
+    sample = calibration_sample(texts, cfg.seed)
+    cal_key = cache_key(fingerprint, sample, cfg.teacher_max_length, "calibration")
+    # auto's labels depend on the margin its calibration picks: the key names the sample.
+    tag = f"auto:{cal_key[:16]}" if runtime == "auto" else runtime
+
+    def torch_only(info: dict[str, Any]) -> tuple[dict[str, tuple[Labeler, str]], dict[str, Any]]:
+        torch_fn = deduplicated(torch_labeler(cfg, model, tokenizer))
+        return {s: (torch_fn, "torch") for s in splits}, {"used": "torch", **info}
+
+    if runtime == "torch":
+        return torch_only({})
+    if runtime == "auto":
+        pending = sum(
+            len(v)
+            for split, v in transfer.items()
+            if not has_cached(cache_dir(cfg), split_key(cfg, fingerprint, split, v, tag))
+        )
+        if (
+            0 < pending < AUTO_MIN_ROWS
+            and not (cache_dir(cfg) / f"{cal_key}.calibration.json").is_file()
+        ):
+            return torch_only(
+                {"why": f"{pending:,} rows to label, under {AUTO_MIN_ROWS:,}: not worth an export"}
+            )
+    if onnx_runtime is None:  # the ONNX export lives a layer up (exporters): injected
+        raise EdgeKDError(f"teacher_runtime {runtime!r} needs the ONNX teacher; use torch")
+    onnx = onnx_runtime(cfg, name, fingerprint)  # exports on first use only
+    fp32 = deduplicated(onnx.fp32)
+    labelers: dict[str, tuple[Labeler, str]] = {"dev": (fp32, "onnx")} if "dev" in splits else {}
+    info: dict[str, Any] = {"used": runtime}
+    chosen: Labeler = fp32
+    if runtime in ("onnx-int8", "auto") and sample:
+        cal = cached_calibration(cfg, cal_key, onnx, sample)
+        info["calibration"] = cal.model_dump(exclude={"kind"})
+        if runtime == "onnx-int8":
+            chosen = deduplicated(onnx.int8)
+        elif cal.choice == "hybrid":
+            chosen, info["used"] = deduplicated(hybrid_labeler(onnx, cal.margin)), "hybrid"
+        else:
+            info["used"] = "onnx"
+            info["why"] = (
+                f"int8 with fp32 close calls agreed on {cal.hybrid_agreement:.2%}, "
+                f"under {AGREEMENT_FLOOR:.1%}: fp32 labels everything"
+            )
+    labelers |= {s: (chosen, tag) for s in transfer}
+    return labelers, info

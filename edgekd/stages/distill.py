@@ -17,14 +17,14 @@ import torch
 
 from edgekd.artifacts import CONFIG, DistillMetrics
 from edgekd.config import DistillConfig, save_config, validate
-from edgekd.data import Split, align_labels, load_task
+from edgekd.data import Split, align_labels, carve_selection, load_task
 from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
 from edgekd.distill.labeling import augmented_texts, teacher_labels
 from edgekd.distill.losses import NO_LABEL
 from edgekd.distill.teacher import load_teacher, teacher_label_names
 from edgekd.distill.trainer import build_extras, preflight, train_student
 from edgekd.errors import EdgeKDError
-from edgekd.exporters.teacher import int8_labeler
+from edgekd.exporters.teacher import OnnxLabelers
 from edgekd.io import atomic_dir, check_output
 from edgekd.progress import console
 from edgekd.registry import STUDENTS
@@ -86,29 +86,34 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     task = load_task(cfg.data)
     teacher, teacher_tok = load_teacher(cfg.teacher)
     task = align_labels(task, teacher_label_names(teacher.config))
+    # The rows that choose the epoch: held out of training, so dev chooses nothing.
+    train, select, overlap = carve_selection(task.train, cfg.selection_rows, cfg.seed)
     seconds["load"] = time.perf_counter() - t
 
     from accelerate import PartialState
 
     state = PartialState()
     t = time.perf_counter()
-    extra, sources = augmented_texts(cfg, task.train.texts, teacher_tok)
+    extra, sources = augmented_texts(cfg, train.texts, teacher_tok)
     seconds["augment"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    splits = {"train": task.train.texts, "dev": task.dev.texts}
+    # The selection rows are labelled too: the teacher's agreement there is reported.
+    splits = {"train": train.texts, "dev": task.dev.texts}
+    if len(select):
+        splits["selection"] = select.texts
     if extra:
         splits["augmented"] = extra
     # Under `accelerate launch`, the main process labels first and writes the cache; the
     # others then read it instead of running the teacher again.
     with state.main_process_first():
         logits, hits, runtime = teacher_labels(
-            cfg, splits, teacher, teacher_tok, task.label_names, int8_labeler
+            cfg, splits, teacher, teacher_tok, task.label_names, OnnxLabelers
         )
     dev_logits = logits["dev"]
     seconds["teacher_logits"] = time.perf_counter() - t
     # Augmented rows carry soft logits only: their gold label is NO_LABEL.
-    transfer = Split(task.train.texts + extra, task.train.labels + [NO_LABEL] * len(extra))
+    transfer = Split(train.texts + extra, train.labels + [NO_LABEL] * len(extra))
     train_logits = np.concatenate([logits["train"], logits.get("augmented", logits["train"][:0])])
 
     t = time.perf_counter()
@@ -120,8 +125,8 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         raise EdgeKDError(
             f"student {cfg.student.name!r}: {str(e).splitlines()[0]}; fix student.options"
         ) from None
-    pairs = not isinstance(task.train.texts[0], str)
-    extras = build_extras(cfg, student, tok, teacher, teacher_tok, sources, len(task.train), pairs)
+    pairs = not isinstance(train.texts[0], str)
+    extras = build_extras(cfg, student, tok, teacher, teacher_tok, sources, len(train), pairs)
     if extras.teacher is None:
         del teacher  # not needed past this point; free its memory
     seconds["prepare_student"] = time.perf_counter() - t
@@ -131,7 +136,16 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     # weights); only the main one writes it.
     checkpoint = checkpoint_dir(out_dir)
     fit = train_student(
-        cfg, student, tok, transfer, task.dev, train_logits, dev_logits, extras, checkpoint
+        cfg,
+        student,
+        tok,
+        transfer,
+        train_logits,
+        select,
+        task.dev,
+        dev_logits,
+        extras,
+        checkpoint,
     )
     seconds["train"] = time.perf_counter() - t
 
@@ -149,12 +163,23 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
             "teacher_accuracy": float((teacher_pred == gold).mean()),
             "student_accuracy": float((pred == gold).mean()),
             "agreement": float((pred == teacher_pred).mean()),
+            **(
+                {
+                    "teacher_selection_accuracy": float(
+                        (logits["selection"].argmax(1) == np.array(select.labels)).mean()
+                    )
+                }
+                if "selection" in logits
+                else {}
+            ),
             **student.params(),
             "init": student.init_notes,
             "lr": cfg.lr or student.default_lr,
             "intermediate": cfg.intermediate.name if cfg.intermediate else None,
             "vocab_size": tok.vocab_size,
-            "n_train": len(task.train),
+            "n_train": len(train),
+            "n_selection": len(select),
+            "n_overlap_dropped": overlap,
             "n_augmented": len(extra),
             "n_dev": len(task.dev),
             "labels": task.label_names,

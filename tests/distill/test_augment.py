@@ -127,3 +127,21 @@ def test_augmenters_apply_to_each_side_of_a_sentence_pair():
     variants = generate([("a b", "c d")], MaskAugmenter(p=0.5), n_iter=30, seed=0)
     assert len(set(variants)) == len(variants) and ("a b", "c d") not in variants
     assert all(x.strip() for v in variants for x in v)
+
+
+def test_augmented_texts_vary_only_maximal_rows_and_map_sources_back():
+    from edgekd.config import DistillConfig
+    from edgekd.distill.labeling import augmented_texts
+
+    train = ["the film is good fun", "is good", "good fun", "a dull plot", "dull"]
+    cfg = DistillConfig(
+        teacher="t", augment={"methods": [{"name": "mask", "options": {"p": 0.5}}], "n_iter": 8}
+    )
+    rows, sources = augmented_texts(cfg, train, None)
+    # Only rows 0 and 3 are varied (the others sit inside them), and no variant repeats
+    # a training text.
+    assert rows and set(sources) == {0, 3} and not set(rows) & set(train)
+    for row, src in zip(rows, sources, strict=False):
+        assert len(row.split()) == len(train[src].split())  # masking keeps the length
+    every = cfg.model_copy(update={"augment": cfg.augment.model_copy(update={"sources": "all"})})
+    assert set(augmented_texts(every, train, None)[1]) > {0, 3}

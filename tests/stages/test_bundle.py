@@ -103,3 +103,15 @@ def test_bundle_refuses_a_model_the_export_lacks(export_dir, tmp_path):
     )
     assert r.exit_code == 2 and "no int8 model" in r.output
     assert not (tmp_path / "b").exists()
+
+
+def test_onnx_predictor_workers_give_the_same_logits_as_one_session(export_dir):
+    import numpy as np
+
+    from edgekd.students.predict import OnnxPredictor
+
+    texts = [f"good movie number {i}" * (i % 4 + 1) for i in range(37)]
+    one = OnnxPredictor(export_dir / "model.int8.onnx", batch_size=4).logits(texts)
+    two = OnnxPredictor(export_dir / "model.int8.onnx", batch_size=4, workers=2)
+    assert len(two.sessions) == 2
+    np.testing.assert_array_equal(two.logits(texts, "labelling"), one)

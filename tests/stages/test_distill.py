@@ -27,7 +27,10 @@ def test_run_distill_writes_student_folder_with_metrics(tiny_teacher, tiny_data,
     } <= files
     for key in ("teacher_accuracy", "student_accuracy", "agreement", "params"):
         assert key in m
-    assert 0 <= m["agreement"] <= 1 and m["n_train"] == 160 and m["n_dev"] == 40
+    assert 0 <= m["agreement"] <= 1 and m["n_dev"] == 40
+    # A tenth of the 160 rows is held out to pick the epoch; rows inside them leave too.
+    assert m["n_selection"] == 16
+    assert m["n_train"] + m["n_selection"] + m["n_overlap_dropped"] == 160
     assert set(m["seconds"]) >= {"teacher_logits", "train"}
     assert json.loads((tmp_path / "s" / "student.json").read_text())["id2label"] == [
         "negative",
@@ -47,8 +50,8 @@ def test_run_distill_same_seed_gives_identical_student(tiny_teacher, tiny_data, 
 def test_run_distill_reuses_cached_teacher_logits(tiny_teacher, tiny_data, tmp_path):
     first = run_distill(cfg(tiny_teacher, tiny_data), tmp_path / "a")
     second = run_distill(cfg(tiny_teacher, tiny_data, epochs=1), tmp_path / "b")
-    assert first["cache_hits"] == {"train": False, "dev": False}
-    assert second["cache_hits"] == {"train": True, "dev": True}
+    assert first["cache_hits"] == {"train": False, "dev": False, "selection": False}
+    assert second["cache_hits"] == {"train": True, "dev": True, "selection": True}
 
 
 def test_run_distill_rejects_bare_encoder_and_leaves_nothing(tmp_path, tiny_data):
@@ -74,23 +77,39 @@ def test_train_student_stops_after_patience_and_keeps_best_epoch(
 ):
     import numpy as np
 
-    # Scripted dev predictions: epoch 1 all right, then all wrong; with patience 2 the
-    # loop must stop after epoch 3 and report epoch 1 as best.
-    from edgekd.data import load_task
+    # Scripted predictions: on the selection rows epoch 1 is all right, then all wrong;
+    # on dev it is the reverse. With patience 2 the loop must stop after epoch 3 and
+    # keep epoch 1: the selection split chooses, dev is only recorded.
+    from edgekd.data import carve_selection, load_task
     from edgekd.distill import trainer
 
-    gold = np.array(load_task(DataConfig(spec=str(tiny_data))).dev.labels)
-    epochs = iter(range(100))
+    task = load_task(DataConfig(spec=str(tiny_data)))
+    select = np.array(carve_selection(task.train, 500, 0)[1].labels)
+    dev = np.array(task.dev.labels)
+    calls = {"dev": 0, "select": 0}
 
     def scripted(model, tok, ids, batch_size=256):
-        right = next(epochs) == 0
-        labels = gold if right else 1 - gold
-        return np.eye(2, dtype=np.float32)[labels]
+        split, gold = ("dev", dev) if len(ids) == len(dev) else ("select", select)
+        calls[split] += 1
+        right = (calls[split] == 1) == (split == "select")
+        return np.eye(2, dtype=np.float32)[gold if right else 1 - gold]
 
     monkeypatch.setattr(trainer, "predict_logits", scripted)
     m = run_distill(cfg(tiny_teacher, tiny_data, epochs=10, patience=2), tmp_path / "s")
     assert (m["best_epoch"], m["epochs_run"]) == (1, 3)
-    assert [h["dev_accuracy"] for h in m["history"]] == [1.0, 0.0, 0.0]
+    assert [h["selection_accuracy"] for h in m["history"]] == [1.0, 0.0, 0.0]
+    assert [h["dev_accuracy"] for h in m["history"]] == [0.0, 1.0, 1.0]
+    assert m["selection_accuracy"] == 1.0
+
+
+def test_train_student_keeps_last_epoch_when_selection_rows_is_zero(
+    tiny_teacher, tiny_data, tmp_path
+):
+    m = run_distill(
+        cfg(tiny_teacher, tiny_data, epochs=3, patience=1, selection_rows=0), tmp_path / "s"
+    )
+    assert (m["best_epoch"], m["epochs_run"], m["n_selection"]) == (3, 3, 0)
+    assert m["n_train"] == 160 and "selection_accuracy" not in m
 
 
 def test_run_distill_adds_teacher_labelled_augmented_rows(tiny_teacher, tiny_data, tmp_path):
@@ -161,9 +180,9 @@ def test_run_distill_ensemble_averages_teachers(tiny_teacher, tiny_data, tmp_pat
     seen = {}
     real = stage.train_student
 
-    def spy(cfg, model, tok, train, dev_split, train_logits, dev_logits, *rest):
+    def spy(cfg, model, tok, train, train_logits, select, dev_split, dev_logits, *rest):
         seen["dev"] = dev_logits
-        return real(cfg, model, tok, train, dev_split, train_logits, dev_logits, *rest)
+        return real(cfg, model, tok, train, train_logits, select, dev_split, dev_logits, *rest)
 
     monkeypatch.setattr(stage, "train_student", spy)
     m = run_distill(cfg(tiny_teacher, tiny_data, extra_teachers=[str(other)]), tmp_path / "s")
@@ -177,8 +196,15 @@ def test_run_distill_labels_with_int8_onnx_teacher_and_reports_it(
 ):
     m = run_distill(cfg(tiny_teacher, tiny_data, teacher_runtime="onnx-int8"), tmp_path / "a")
     report = m["teacher_runtime"]
-    assert report["runtime"] == "onnx-int8"
-    assert 0 <= report["agreement_with_fp32"] <= 1 and report["speedup_vs_torch"] > 0
+    assert (report["runtime"], report["used"]) == ("onnx-int8", "onnx-int8")
+    # Measured on half of the transfer rows (never dev): the other half picked a margin.
+    calibration = report["calibration"]
+    assert (
+        calibration["n"]
+        == (m["n_train"] + m["n_selection"]) - (m["n_train"] + m["n_selection"]) // 2
+    )
+    assert 0 <= calibration["int8_agreement"] <= calibration["hybrid_agreement"] <= 1
+    assert report["rows_per_s"] > 0
     again = run_distill(cfg(tiny_teacher, tiny_data, teacher_runtime="onnx-int8"), tmp_path / "b")
     assert again["cache_hits"]["train"] is True
     # The fp32 and int8 caches are separate entries.
@@ -235,15 +261,16 @@ def test_run_distill_minimax_trains_on_k_picks_per_text(tiny_teacher, tiny_data,
     }
     c = cfg(tiny_teacher, tiny_data, augment=aug)
     m = run_distill(c, tmp_path / "s")
-    from edgekd.data import load_task
+    from edgekd.data import carve_selection, load_task
     from edgekd.distill.labeling import augmented_texts
 
-    rows, sources = augmented_texts(c, load_task(c.data).train.texts, None)
-    assert m["n_augmented"] == len(rows) > 160
-    # Each epoch: the 160 originals + one pick per text that has any variant.
+    train = carve_selection(load_task(c.data).train, c.selection_rows, c.seed)[0]
+    rows, sources = augmented_texts(c, train.texts, None)
+    assert m["n_augmented"] == len(rows) > m["n_train"]
+    # Each epoch: the training rows + one pick per text that has any variant.
     picks = len(set(sources))
     assert 100 < picks < len(rows)
-    assert [h["transfer_rows"] for h in m["history"]] == [160 + picks] * 2
+    assert [h["transfer_rows"] for h in m["history"]] == [m["n_train"] + picks] * 2
 
 
 @pytest.mark.parametrize(

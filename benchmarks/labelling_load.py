@@ -1,0 +1,226 @@
+"""Labelling and training throughput, quiet and under a concurrent CPU load.
+
+One command: `python benchmarks/labelling_load.py` (needs ../shared). Every figure is
+measured in its own subprocess (thread settings are read when torch loads), side by
+side in one run; each is the median of `--repeats` timed windows.
+
+- labelling: the reference teacher on a seeded sample of SST-2 training rows, with
+  PyTorch fp32 (the 0.3 default), onnxruntime fp32, int8, and `auto` (int8 with fp32
+  for its close calls, margin calibrated on other rows): rows/s, ratio to PyTorch,
+  argmax agreement with PyTorch.
+- training: the BiLSTM student's optimiser steps on SST-2 rows (length-bucketed) at
+  batch 50 and 256, with libgomp's default spin (GOMP_SPINCOUNT=300000, what 0.3 ran
+  with) and edgekd's (`edgekd.threads.GOMP_SPINCOUNT`).
+- under load: the same while another process keeps both cores busy (a 2-thread
+  PyTorch matmul loop); the ratio loaded/quiet says whether edgekd slows down in
+  proportion (≥ 1/3 is the bar; a fair share of 2 cores is 1/2).
+
+Writes benchmarks/results/labelling_load.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LIBGOMP_DEFAULT = "300000"
+
+
+def sample_rows(shared: Path, n: int, seed: int, offset: int = 0) -> list[str]:
+    import random
+
+    lines = (shared / "data" / "sst2" / "train.tsv").read_text().splitlines()[1:]
+    rows = [line.split("\t")[0] for line in lines]
+    random.Random(seed).shuffle(rows)
+    return rows[offset : offset + n]
+
+
+def worker_label(args: argparse.Namespace) -> dict:
+    import numpy as np
+
+    from edgekd.config import DistillConfig
+    from edgekd.distill.labeling import calibrate, calibration_sample, hybrid_labeler
+    from edgekd.distill.teacher import load_teacher, teacher_logits
+    from edgekd.exporters.teacher import OnnxLabelers
+
+    teacher = str(args.shared / "models" / "sst2-minilm-teacher")
+    texts = sample_rows(args.shared, args.rows, seed=0)
+    cfg = DistillConfig(teacher=teacher, cache_dir=str(args.work / "cache" / "logits"))
+    model, tok = load_teacher(teacher)
+    onnx = OnnxLabelers(cfg, teacher, "benchmark-reference-teacher")
+    if args.runtime == "torch":
+        label = lambda t: teacher_logits(model, tok, t, 64, 128, "torch")  # noqa: E731
+    elif args.runtime == "onnx":
+        label = lambda t: onnx.fp32(t, "onnx")  # noqa: E731
+    elif args.runtime == "int8":
+        label = lambda t: onnx.int8(t, "int8")  # noqa: E731
+    else:
+        # Calibrated on other rows than the ones timed, as a run calibrates on a sample.
+        cal = calibrate(onnx, calibration_sample(sample_rows(args.shared, 4000, 0, 20_000), 0))
+        hybrid = hybrid_labeler(onnx, cal.margin)
+        label = lambda t: hybrid(t, "auto")  # noqa: E731
+    label(texts[:200])  # warm-up: sessions built, first-call costs paid
+    times, out = [], None
+    for _ in range(args.repeats):
+        t = time.perf_counter()
+        out = label(texts)
+        times.append(time.perf_counter() - t)
+    ref = np.load(args.work / "torch.npy") if (args.work / "torch.npy").is_file() else None
+    if args.runtime == "torch":
+        np.save(args.work / "torch.npy", out)
+        ref = out
+    agreement = float((out.argmax(1) == ref.argmax(1)).mean()) if ref is not None else None
+    return {"rows_per_s": len(texts) / statistics.median(times), "agreement": agreement}
+
+
+def worker_train(args: argparse.Namespace) -> dict:
+    import random
+
+    import torch
+
+    from edgekd.data import bucketed_batches
+    from edgekd.students.bilstm import BiLSTMConfig, BiLSTMStudent
+    from edgekd.students.tokenizer import build_word_tokenizer
+
+    texts = sample_rows(args.shared, 20_000, seed=1)
+    tok = build_word_tokenizer(texts, 50_000, 1, True, 64)
+    ids = tok.ids(texts)
+    torch.manual_seed(0)
+    model = BiLSTMStudent(BiLSTMConfig(embedding_rank=64), tok.vocab_size, 2)
+    optim = torch.optim.Adam(model.parameters(), lr=1e-3)
+    batches = bucketed_batches([tok.length(x) for x in ids], args.batch, random.Random(0))
+    target = torch.randn(len(texts), 2)
+
+    def window(seconds: float) -> float:
+        rows, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            idx = batches[rows // args.batch % len(batches)]
+            enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in idx]).items()}
+            loss = ((model(**enc) - target[idx]) ** 2).mean()
+            loss.backward()
+            optim.step()
+            optim.zero_grad()
+            rows += len(idx)
+        return rows / (time.perf_counter() - start)
+
+    window(1.0)  # warm-up
+    return {"rows_per_s": statistics.median(window(args.window) for _ in range(args.repeats))}
+
+
+def hog(seconds: float) -> subprocess.Popen:
+    """Another process keeping both cores busy: a 2-thread PyTorch matmul loop."""
+    code = (
+        "import time, torch\n"
+        "torch.set_num_threads(2)\n"
+        "a = torch.randn(1024, 1024)\n"
+        f"end = time.time() + {seconds}\n"
+        "while time.time() < end: a @ a\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def measure(args: argparse.Namespace, extra: list[str], env: dict, loaded: bool) -> dict:
+    cmd = [sys.executable, __file__, "--shared", str(args.shared), "--work", str(args.work)]
+    cmd += ["--rows", str(args.rows), "--repeats", str(args.repeats)]
+    cmd += ["--window", str(args.window), *extra]
+    load = hog(3600) if loaded else None
+    try:
+        time.sleep(1.0 if loaded else 0)
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    finally:
+        if load is not None:
+            load.kill()
+            load.wait()
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--shared", type=Path, default=REPO.parent / "shared")
+    p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-labelling")
+    p.add_argument("--rows", type=int, default=3000, help="rows labelled per window")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--window", type=float, default=5.0, help="seconds per training window")
+    p.add_argument("--worker", choices=["label", "train"])
+    p.add_argument("--runtime", default="torch")
+    p.add_argument("--batch", type=int, default=50)
+    args = p.parse_args()
+    if args.worker:
+        fn = worker_label if args.worker == "label" else worker_train
+        print(json.dumps(fn(args)))
+        return
+    from edgekd.threads import GOMP_SPINCOUNT
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    base = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+    rows = []
+    for runtime in ("torch", "onnx", "int8", "auto"):
+        for loaded in (False, True):
+            env = {**base, "GOMP_SPINCOUNT": GOMP_SPINCOUNT}
+            r = measure(args, ["--worker", "label", "--runtime", runtime], env, loaded)
+            rows.append({"what": "label", "runtime": runtime, "loaded": loaded, **r})
+            print(rows[-1], flush=True)
+    for spin in (LIBGOMP_DEFAULT, GOMP_SPINCOUNT):
+        for batch in (50, 256):
+            for loaded in (False, True):
+                env = {**base, "GOMP_SPINCOUNT": spin}
+                r = measure(args, ["--worker", "train", "--batch", str(batch)], env, loaded)
+                rows.append({"what": "train", "spin": spin, "batch": batch, "loaded": loaded, **r})
+                print(rows[-1], flush=True)
+    write(rows, args)
+
+
+def write(rows: list[dict], args: argparse.Namespace) -> None:
+    def get(**kw: object) -> dict:
+        return next(r for r in rows if all(r.get(k) == v for k, v in kw.items()))
+
+    torch_quiet = get(what="label", runtime="torch", loaded=False)["rows_per_s"]
+    lines = [
+        "# Labelling and training throughput, quiet and under load (2 cores)",
+        "",
+        f"{platform.machine()}, {os.cpu_count()} cores; {args.rows:,} SST-2 training rows "
+        f"per labelling window, median of {args.repeats}; load = a 2-thread PyTorch "
+        "matmul loop in another process.",
+        "",
+        "| labeller | rows/s quiet | × PyTorch | agreement | rows/s loaded | loaded/quiet |",
+        "|---|---|---|---|---|---|",
+    ]
+    for runtime in ("torch", "onnx", "int8", "auto"):
+        q, ld = (
+            get(what="label", runtime=runtime, loaded=False),
+            get(what="label", runtime=runtime, loaded=True),
+        )
+        lines.append(
+            f"| {runtime} | {q['rows_per_s']:.0f} | {q['rows_per_s'] / torch_quiet:.2f}× | "
+            f"{q['agreement']:.4f} | {ld['rows_per_s']:.0f} | "
+            f"{ld['rows_per_s'] / q['rows_per_s']:.2f} |"
+        )
+    lines += [
+        "",
+        "| training (BiLSTM, rank-64 embeddings) | batch | rows/s quiet | rows/s loaded "
+        "| loaded/quiet |",
+        "|---|---|---|---|---|",
+    ]
+    for spin in (LIBGOMP_DEFAULT, rows[-1]["spin"]):
+        for batch in (50, 256):
+            q = get(what="train", spin=spin, batch=batch, loaded=False)["rows_per_s"]
+            ld = get(what="train", spin=spin, batch=batch, loaded=True)["rows_per_s"]
+            name = "libgomp default spin" if spin == LIBGOMP_DEFAULT else f"edgekd spin {spin}"
+            lines.append(f"| {name} | {batch} | {q:.0f} | {ld:.0f} | {ld / q:.2f} |")
+    out = REPO / "benchmarks" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "labelling_load.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (out / "labelling_load.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
