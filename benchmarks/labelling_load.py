@@ -9,8 +9,8 @@ side in one run; each is the median of `--repeats` timed windows.
   for its close calls, margin calibrated on other rows): rows/s, ratio to PyTorch,
   argmax agreement with PyTorch.
 - training: the BiLSTM student's optimiser steps on SST-2 rows (length-bucketed) at
-  batch 50 and 256, with libgomp's default spin (GOMP_SPINCOUNT=300000, what 0.3 ran
-  with) and edgekd's (`edgekd.threads.GOMP_SPINCOUNT`).
+  batch 50 and 256: 2 threads (what 0.3 ran), 2 threads with a short libgomp spin,
+  1 thread, and edgekd's `ThreadGovernor` (measures both counts, runs the faster).
 - under load: the same while another process keeps both cores busy (a 2-thread
   PyTorch matmul loop); the ratio loaded/quiet says whether edgekd slows down in
   proportion (≥ 1/3 is the bar; a fair share of 2 cores is 1/2).
@@ -32,6 +32,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LIBGOMP_DEFAULT = "300000"
+# (GOMP_SPINCOUNT, threads; 0 = edgekd's ThreadGovernor) for the training rows.
+TRAIN_SETTINGS = [(LIBGOMP_DEFAULT, 2), ("30000", 2), (LIBGOMP_DEFAULT, 1), (LIBGOMP_DEFAULT, 0)]
 
 
 def sample_rows(shared: Path, n: int, seed: int, offset: int = 0) -> list[str]:
@@ -89,7 +91,11 @@ def worker_train(args: argparse.Namespace) -> dict:
     from edgekd.data import bucketed_batches
     from edgekd.students.bilstm import BiLSTMConfig, BiLSTMStudent
     from edgekd.students.tokenizer import build_word_tokenizer
+    from edgekd.threads import ThreadGovernor
 
+    governor = ThreadGovernor() if args.threads == 0 else None  # 0: what edgekd runs
+    if governor is None:
+        torch.set_num_threads(args.threads)
     texts = sample_rows(args.shared, 20_000, seed=1)
     tok = build_word_tokenizer(texts, 50_000, 1, True, 64)
     ids = tok.ids(texts)
@@ -109,6 +115,8 @@ def worker_train(args: argparse.Namespace) -> dict:
             optim.step()
             optim.zero_grad()
             rows += len(idx)
+            if governor is not None:
+                governor.step(len(idx))
         return rows / (time.perf_counter() - start)
 
     window(1.0)  # warm-up
@@ -152,13 +160,13 @@ def main() -> None:
     p.add_argument("--worker", choices=["label", "train"])
     p.add_argument("--runtime", default="torch")
     p.add_argument("--batch", type=int, default=50)
+    p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
     if args.worker:
         fn = worker_label if args.worker == "label" else worker_train
         print(json.dumps(fn(args)))
         return
-    from edgekd.threads import GOMP_SPINCOUNT
-
+    GOMP_SPINCOUNT = "30000"  # the short spin tried against libgomp's default
     args.work.mkdir(parents=True, exist_ok=True)
     base = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
     rows = []
@@ -168,12 +176,14 @@ def main() -> None:
             r = measure(args, ["--worker", "label", "--runtime", runtime], env, loaded)
             rows.append({"what": "label", "runtime": runtime, "loaded": loaded, **r})
             print(rows[-1], flush=True)
-    for spin in (LIBGOMP_DEFAULT, GOMP_SPINCOUNT):
+    for spin, threads in TRAIN_SETTINGS:
         for batch in (50, 256):
             for loaded in (False, True):
                 env = {**base, "GOMP_SPINCOUNT": spin}
-                r = measure(args, ["--worker", "train", "--batch", str(batch)], env, loaded)
-                rows.append({"what": "train", "spin": spin, "batch": batch, "loaded": loaded, **r})
+                extra = ["--worker", "train", "--batch", str(batch), "--threads", str(threads)]
+                r = measure(args, extra, env, loaded)
+                setting = {"spin": spin, "threads": threads, "batch": batch, "loaded": loaded}
+                rows.append({"what": "train", **setting, **r})
                 print(rows[-1], flush=True)
     write(rows, args)
 
@@ -209,11 +219,17 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
         "| loaded/quiet |",
         "|---|---|---|---|---|",
     ]
-    for spin in (LIBGOMP_DEFAULT, rows[-1]["spin"]):
+    for setting in sorted({(r["spin"], r["threads"]) for r in rows if r["what"] == "train"}):
+        spin, threads = setting
         for batch in (50, 256):
-            q = get(what="train", spin=spin, batch=batch, loaded=False)["rows_per_s"]
-            ld = get(what="train", spin=spin, batch=batch, loaded=True)["rows_per_s"]
-            name = "libgomp default spin" if spin == LIBGOMP_DEFAULT else f"edgekd spin {spin}"
+            kw = {"what": "train", "spin": spin, "threads": threads, "batch": batch}
+            q = get(**kw, loaded=False)["rows_per_s"]
+            ld = get(**kw, loaded=True)["rows_per_s"]
+            name = (
+                f"edgekd (ThreadGovernor), GOMP_SPINCOUNT {spin}"
+                if threads == 0
+                else f"{threads} thread{'s' * (threads > 1)}, GOMP_SPINCOUNT {spin}"
+            )
             lines.append(f"| {name} | {batch} | {q:.0f} | {ld:.0f} | {ld / q:.2f} |")
     out = REPO / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)

@@ -4,8 +4,4 @@ Importing this package is cheap on purpose: torch, transformers and onnxruntime 
 imported only by the modules that need them, so `edgekd --help` starts instantly.
 """
 
-from edgekd.threads import set_wait_policy
-
-set_wait_policy()  # before anything imports torch: see edgekd/threads.py
-
 __version__ = "0.1.0"

@@ -191,6 +191,9 @@ def train_student(
         resume.best_state,
         resume.history,
     )
+    from edgekd.threads import ThreadGovernor
+
+    governor = ThreadGovernor()  # all cores when quiet, one when another process is busy
     with progress_bar() as bar:
         job = bar.add_task("distill", total=cfg.epochs * len(loader), rate="")
         bar.update(job, advance=resume.epoch * len(loader))
@@ -211,6 +214,7 @@ def train_student(
                 accelerator.clip_grad_norm_(trainable, cfg.grad_clip)
                 optim.step()
                 optim.zero_grad()
+                governor.step(len(batch["input_ids"]))
                 total, count = total + loss.item(), count + 1
                 bar.update(job, advance=1, rate=f"epoch {epoch} loss {total / count:.4f}")
             student = accelerator.unwrap_model(model)
@@ -259,6 +263,7 @@ def train_student(
                     f"(best epoch {best_epoch}, selection accuracy {best_acc:.4f})"
                 )
                 break
+    governor.close()
     unwrapped = accelerator.unwrap_model(model)
     if best_state is None:
         raise EdgeKDError(
