@@ -112,7 +112,10 @@ def maximal_rows(texts: Sequence[Text]) -> list[int]:
     first occurrence of each. In a phrase dataset these are the whole sentences; in
     most datasets, every distinct row. Each row's runs are looked up in the set of all
     rows: n·(n+1)/2 lookups for an n-word row (~3 s for SST-2's 67k rows)."""
-    words = [_words(t) for t in texts]
+    return _maximal([_words(t) for t in texts])
+
+
+def _maximal(words: list[tuple[str, ...]]) -> list[int]:
     whole = set(words)
     inner: set[tuple[str, ...]] = set()
     for w in whole:
@@ -140,7 +143,7 @@ def carve_selection(train: Split, rows: int, seed: int) -> tuple[Split, Split, i
     if rows <= 0 or len(train) < 2:
         return train, Split([], []), 0
     words = [_words(t) for t in train.texts]
-    candidates = maximal_rows(train.texts)
+    candidates = _maximal(words)
     rng = random.Random(seed)
     # At most a tenth of the training rows, so small data keeps most of its rows.
     picked = rng.sample(candidates, min(rows, len(candidates), max(1, len(train) // 10)))

@@ -3,7 +3,6 @@ the student."""
 
 import time
 
-import pytest
 import torch
 
 from edgekd.threads import ThreadGovernor, available_cores
@@ -63,8 +62,7 @@ def test_governor_on_one_core_never_switches(monkeypatch):
     assert available_cores() >= 1
 
 
-@pytest.mark.parametrize("student", ["bilstm"])
-def test_bilstm_training_is_bit_identical_on_one_and_two_threads(student):
+def test_bilstm_training_is_bit_identical_on_one_and_two_threads():
     from edgekd.students.bilstm import BiLSTMConfig, BiLSTMStudent
 
     def train(threads):

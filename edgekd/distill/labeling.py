@@ -213,11 +213,15 @@ def split_key(
     return cache_key(fingerprint, texts, cfg.teacher_max_length, augmentation, runtime)
 
 
+def calibration_path(cfg: DistillConfig, key: str) -> Path:
+    return cache_dir(cfg) / f"{key}.calibration.json"
+
+
 def cached_calibration(
     cfg: DistillConfig, key: str, onnx: OnnxTeacher, sample: list[Any]
 ) -> LabelerCalibration:
     """`calibrate`, once per (teacher, sample): stored beside the logits it decides."""
-    path = cache_dir(cfg) / f"{key}.calibration.json"
+    path = calibration_path(cfg, key)
     if path.is_file():
         try:
             return LabelerCalibration.read(path)
@@ -290,12 +294,6 @@ def choose_labelers(
     """Per split, the labeler and its cache name; and what was chosen, with why.
     Nothing is exported or calibrated while the cache holds every split."""
     runtime = cfg.teacher_runtime
-    transfer = {k: v for k, v in splits.items() if k != "dev"}
-    texts = [t for v in transfer.values() for t in v]
-    sample = calibration_sample(texts, cfg.seed)
-    cal_key = cache_key(fingerprint, sample, cfg.teacher_max_length, "calibration")
-    # auto's labels depend on the margin its calibration picks: the key names the sample.
-    tag = f"auto:{cal_key[:16]}" if runtime == "auto" else runtime
 
     def torch_only(info: dict[str, Any]) -> tuple[dict[str, tuple[Labeler, str]], dict[str, Any]]:
         torch_fn = deduplicated(torch_labeler(cfg, model, tokenizer))
@@ -303,16 +301,18 @@ def choose_labelers(
 
     if runtime == "torch":
         return torch_only({})
+    transfer = {k: v for k, v in splits.items() if k != "dev"}
+    sample = calibration_sample([t for v in transfer.values() for t in v], cfg.seed)
+    cal_key = cache_key(fingerprint, sample, cfg.teacher_max_length, "calibration")
+    # auto's labels depend on the margin its calibration picks: the key names the sample.
+    tag = f"auto:{cal_key[:16]}" if runtime == "auto" else runtime
     if runtime == "auto":
         pending = sum(
             len(v)
             for split, v in transfer.items()
             if not has_cached(cache_dir(cfg), split_key(cfg, fingerprint, split, v, tag))
         )
-        if (
-            0 < pending < AUTO_MIN_ROWS
-            and not (cache_dir(cfg) / f"{cal_key}.calibration.json").is_file()
-        ):
+        if 0 < pending < AUTO_MIN_ROWS and not calibration_path(cfg, cal_key).is_file():
             return torch_only(
                 {"why": f"{pending:,} rows to label, under {AUTO_MIN_ROWS:,}: not worth an export"}
             )

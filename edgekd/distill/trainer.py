@@ -219,17 +219,16 @@ def train_student(
                 bar.update(job, advance=1, rate=f"epoch {epoch} loss {total / count:.4f}")
             student = accelerator.unwrap_model(model)
             pred = predict_logits(student, tok, dev_ids).argmax(1)
-            # With no selection rows, the latest epoch counts as the best so far.
             acc = (
                 float((predict_logits(student, tok, select_ids).argmax(1) == select_gold).mean())
                 if len(select)
-                else float(epoch)
+                else None
             )
             history.append(
                 {
                     "epoch": epoch,
                     "train_loss": total / max(count, 1),
-                    **({"selection_accuracy": acc} if len(select) else {}),
+                    **({"selection_accuracy": acc} if acc is not None else {}),
                     "dev_accuracy": float((pred == dev_gold).mean()),
                     "dev_agreement": float((pred == dev_teacher).mean()),
                     "temperature": loss_fn.temperature,
@@ -238,7 +237,7 @@ def train_student(
                 }
             )
             # One line per epoch: progress bars do not render in CI logs or under nohup.
-            chosen_by = f"selection accuracy {acc:.4f}, " if len(select) else ""
+            chosen_by = f"selection accuracy {acc:.4f}, " if acc is not None else ""
             console.print(
                 f"epoch {epoch}: train loss {total / max(count, 1):.4f}, {chosen_by}"
                 f"dev accuracy {history[-1]['dev_accuracy']:.4f} (reported, never used), "
@@ -246,8 +245,9 @@ def train_student(
             )
             stop = False
             if epoch >= first_scored:
-                if acc > best_acc:
-                    best_acc, best_epoch = acc, epoch
+                # With no selection rows, every epoch improves on the last (kept: the last).
+                if acc is None or acc > best_acc:
+                    best_acc, best_epoch = (best_acc if acc is None else acc), epoch
                     best_state = copy.deepcopy(accelerator.unwrap_model(model).state_dict())
                 elif epoch - best_epoch >= cfg.patience and epoch >= min_epochs:
                     stop = True

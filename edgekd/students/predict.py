@@ -41,7 +41,7 @@ class OnnxPredictor:
         """`workers` > 1: that many single-thread sessions run batches side by side (bulk
         labelling). On 2 cores this is ~1.2-1.4× one 2-thread session, and with no
         intra-op pool there is nothing to spin-wait, so a busy machine slows it in
-        proportion instead of stalling it (measured in benchmarks/labelling.py)."""
+        proportion instead of stalling it (benchmarks/labelling_load.py)."""
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
