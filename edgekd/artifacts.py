@@ -117,6 +117,22 @@ class StudentMeta(Artifact):
     add_special_tokens: bool = False
 
 
+class TimePlan(Nested):
+    """What a distill run's time budget chose, from rates measured in the run: how many
+    augmented rows to label and how many epochs to train (`time_plan` in its metrics).
+    The resolved config states the choice as plain fields (`epochs`,
+    `augment.max_rows`), so rerunning it without the budget gives the same student."""
+
+    budget_s: float  # the whole run, load to saved student (seconds)
+    train_rows_per_s: float  # student training, measured on probe steps
+    label_rows_per_s: float | None  # teacher labelling in this run; None: all cached
+    augmented_candidates: int  # variants generated
+    augmented_rows: int  # of them, labelled and trained on
+    epochs: int  # planned passes over the transfer set
+    planned_s: float  # estimated wall time of the whole run (seconds)
+    why: str  # one line: what bound the choice
+
+
 class DistillMetrics(Artifact):
     FILE: ClassVar[str] = "metrics.json"
     MADE_BY: ClassVar[str] = "edgekd distill"
@@ -131,6 +147,7 @@ class DistillMetrics(Artifact):
     n_train: int
     n_dev: int
     labels: list[str]
+    time_plan: TimePlan | None = None
 
 
 class LabelerCalibration(Artifact):

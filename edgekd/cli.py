@@ -359,6 +359,9 @@ def distill(
     temperature: float = field(DistillConfig, "temperature", "--temperature"),
     ce_weight: float = field(DistillConfig, "ce_weight", "--ce-weight"),
     epochs: int = field(DistillConfig, "epochs", "--epochs"),
+    time_budget: float | None = field(
+        DistillConfig, "time_budget", "--time-budget", default="none: no cut"
+    ),
     batch_size: int = field(DistillConfig, "batch_size", "--batch-size"),
     lr: float | None = field(
         DistillConfig, "lr", "--lr", default="the student's: bilstm 1e-3, bert 5e-5"
@@ -426,8 +429,8 @@ def distill(
         raw["assistant"] = {"student": {"name": "bert", "options": {"layers": assistant_layers}}}
     own = given(
         ctx, ensemble=ensemble, temperature=temperature, ce_weight=ce_weight, epochs=epochs,
-        batch_size=batch_size, lr=lr, patience=patience, cache_dir=cache_dir,
-        teacher_runtime=teacher_runtime, seed=seed,
+        time_budget=time_budget, batch_size=batch_size, lr=lr, patience=patience,
+        cache_dir=cache_dir, teacher_runtime=teacher_runtime, seed=seed,
     )  # fmt: skip
     if extra_teacher:
         own["extra_teachers"] = extra_teacher

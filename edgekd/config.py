@@ -204,11 +204,23 @@ class DistillConfig(StrictModel):
         0.0, ge=0, le=1, description="Weight α of cross-entropy on gold labels, 0..1."
     )
     epochs: int = Field(10, ge=1, description="Passes over the transfer set (at most).")
+    time_budget: float | None = Field(
+        None,
+        gt=0,
+        description="Minutes for the whole run: augmented rows, then epochs, are cut to fit "
+        "from the labelling and training rates measured in the run. Unset: no cut.",
+    )
     batch_size: int = Field(50, ge=1, description="Rows per optimiser step (Tang et al.: 50).")
     lr: float | None = Field(
         None, gt=0, description="Adam learning rate; unset: the student's (bilstm 1e-3, bert 5e-5)."
     )
     weight_decay: float = Field(0.0, ge=0)
+    lr_decay: Literal["none", "linear", "cosine"] = Field(
+        "none", description="Learning rate over the planned steps: constant, or down to 0."
+    )
+    warmup_ratio: float = Field(
+        0.0, ge=0, lt=1, description="Share of the planned steps with a linear warm-up."
+    )
     grad_clip: float = Field(5.0, gt=0, description="Max global gradient norm.")
     patience: int = Field(
         3, ge=1, description="Epochs without selection gain before stopping early (epochs)."

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, owned_files, read_json, write_json
 from edgekd.progress import console
 
@@ -61,6 +62,24 @@ def first_difference(old: Any, new: Any, path: str = "") -> str | None:
                 return found
         return None
     return None if old == new else f"{path or 'value'} ({old!r} → {new!r})"
+
+
+def planned_fields(folder: Path, cfg: Any) -> dict[str, Any] | None:
+    """The fields a time budget chose for the interrupted run in `folder` (`epochs`,
+    `augment` with its `max_rows`), when that run had the config `cfg` but for them;
+    else None. A resumed run keeps its plan: re-planning from new timings would
+    change the epochs and the rows, and so the checkpoint would no longer match."""
+    if owned_files(folder) is None or not (folder / STATE_JSON).is_file():
+        return None
+    try:
+        saved = read_json(folder / STATE_JSON)["config"]
+        augment = cfg.augment.model_copy(update={"max_rows": saved["augment"]["max_rows"]})
+        fields = {"epochs": int(saved["epochs"]), "augment": augment}
+    except (OSError, ValueError, KeyError, TypeError, EdgeKDError):
+        return None
+    if first_difference(saved, cfg.model_copy(update=fields).model_dump(mode="json")):
+        return None
+    return fields
 
 
 @dataclass

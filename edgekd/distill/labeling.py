@@ -67,8 +67,9 @@ OnnxRuntime = Callable[[DistillConfig, str, str], OnnxTeacher]
 def augmented_texts(
     cfg: DistillConfig, train_texts: list[str], tokenizer: Any
 ) -> tuple[list[str], list[int]]:
-    """The transfer set's extra rows (deduplicated variants of the training texts) and,
-    per row, the index of the training text it came from."""
+    """Every candidate extra row (deduplicated variants of the training texts) in a
+    seeded order and, per row, the index of the training text it came from. The run
+    keeps a prefix: `augment.max_rows`, or what its time budget affords."""
     from edgekd.distill.augment import build_augmenter, generate_with_sources, methods_of_stage
 
     if not methods_of_stage(cfg.augment.methods, "text"):
@@ -92,10 +93,10 @@ def augmented_texts(
             known=train_texts,
         )
     sources = [picked[i] for i in sources]  # back to indices of train_texts
-    if cfg.augment.max_rows is not None and len(rows) > cfg.augment.max_rows:
-        rng = random.Random(cfg.augment.seed)
-        keep = sorted(rng.sample(range(len(rows)), cfg.augment.max_rows))
-        rows, sources = [rows[i] for i in keep], [sources[i] for i in keep]
+    # A seeded order, so that any cap (`max_rows`, or what a time budget affords) keeps
+    # a prefix: a larger cap holds every row of a smaller one, and their labels.
+    order = random.Random(cfg.augment.seed).sample(range(len(rows)), len(rows))
+    rows, sources = [rows[i] for i in order], [sources[i] for i in order]
     console.print(
         f"augmentation {'+'.join(m.name for m in cfg.augment.methods)}: {len(rows):,} new rows"
     )
@@ -185,23 +186,109 @@ def hybrid_labeler(onnx: OnnxTeacher, margin: float) -> Labeler:
     return label
 
 
+class Meter:
+    """Rows the teacher labelled in this run (cache hits excluded) and the seconds
+    they took: the labelling rate a time budget plans with."""
+
+    def __init__(self) -> None:
+        self.rows, self.seconds = 0, 0.0
+
+    def add(self, rows: int, seconds: float) -> None:
+        self.rows, self.seconds = self.rows + rows, self.seconds + seconds
+
+    def rate(self) -> float | None:
+        """Rows per second, or None before any row was labelled."""
+        return self.rows / self.seconds if self.rows and self.seconds > 0 else None
+
+
 def label_splits(
     cfg: DistillConfig,
     fingerprint: str,
     splits: dict[str, list[Any]],
     labelers: dict[str, tuple[Labeler, str]],
+    width: int,
+    plan: AugmentedPlan | None = None,
+    meter: Meter | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, bool]]:
     """Logits per named split, each from the cache when its key matches. `labelers`:
-    split → (labeler, runtime name in the cache key)."""
+    split → (labeler, runtime name in the cache key). The augmented split goes in
+    chunks (`label_chunks`, under `plan`); `width` is the number of labels."""
     out, hits = {}, {}
+    meter = meter or Meter()
     for split, texts in splits.items():
         labeler, runtime = labelers[split]
+        if split == "augmented":
+            out[split], hits[split] = label_chunks(
+                cfg, fingerprint, texts, labeler, runtime, width, plan or AugmentedPlan(), meter
+            )
+            continue
+        started = time.perf_counter()
+
+        def compute(
+            texts: list[Any] = texts, split: str = split, labeler: Labeler = labeler
+        ) -> np.ndarray:
+            return labeler(texts, f"teacher logits ({split})")
+
         out[split], hits[split] = cached_logits(
-            cache_dir(cfg),
-            split_key(cfg, fingerprint, split, texts, runtime),
-            lambda t=texts, s=split, f=labeler: f(t, f"teacher logits ({s})"),
+            cache_dir(cfg), split_key(cfg, fingerprint, split, texts, runtime), compute
         )
+        if not hits[split]:
+            meter.add(len(texts), time.perf_counter() - started)
     return out, hits
+
+
+AUGMENT_CHUNK = 8_192  # augmented rows per cache file: a killed run redoes at most one
+
+
+class AugmentedPlan:
+    """How many augmented rows to label: at most `limit`, and, with `room`, only while
+    `room(rows, seconds)` agrees to grow the set to `rows` at an estimated cost of
+    `seconds` of labelling (0 for a cached chunk)."""
+
+    def __init__(
+        self, limit: int | None = None, room: Callable[[int, float], bool] | None = None
+    ) -> None:
+        self.limit, self.room = limit, room
+
+
+def augmented_chunks(texts: list[Any], limit: int | None) -> list[tuple[int, int]]:
+    """[start, stop) of each chunk of `texts[:limit]`, at fixed offsets so that a cap
+    shares every whole chunk with a larger one (and its cached labels)."""
+    n = len(texts) if limit is None else min(limit, len(texts))
+    return [(a, min(a + AUGMENT_CHUNK, n)) for a in range(0, n, AUGMENT_CHUNK)]
+
+
+def label_chunks(
+    cfg: DistillConfig,
+    fingerprint: str,
+    texts: list[Any],
+    labeler: Labeler,
+    runtime: str,
+    width: int,
+    plan: AugmentedPlan,
+    meter: Meter,
+) -> tuple[np.ndarray, bool]:
+    """Logits of a prefix of `texts`: chunk by chunk, each cached on its own (an
+    interrupted run keeps its finished chunks), stopping where `plan` says."""
+    parts, all_hit = [np.zeros((0, width), np.float32)], True
+    for a, b in augmented_chunks(texts, plan.limit):
+        key = split_key(cfg, fingerprint, "augmented", texts[a:b], runtime)
+        rate = meter.rate()
+        cached = has_cached(cache_dir(cfg), key)
+        cost = 0.0 if cached or rate is None else (b - a) / rate
+        if plan.room is not None and not plan.room(b, cost):
+            break
+        started = time.perf_counter()
+
+        def compute(a: int = a, b: int = b) -> np.ndarray:
+            return labeler(texts[a:b], f"teacher logits (augmented {b:,} of {len(texts):,})")
+
+        logits, hit = cached_logits(cache_dir(cfg), key, compute)
+        if not hit:
+            meter.add(b - a, time.perf_counter() - started)
+        parts.append(logits)
+        all_hit = all_hit and hit
+    return np.concatenate(parts), all_hit
 
 
 def split_key(
@@ -240,15 +327,23 @@ def teacher_labels(
     tokenizer: Any,
     label_names: list[str],
     onnx_runtime: OnnxRuntime | None = None,
+    plan: AugmentedPlan | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, bool], dict[str, Any]]:
     """Logits for every split from the configured teacher(s) and runtime.
 
+    `splits["augmented"]`, when given, holds every candidate row: the calibration
+    sample is drawn from all of them (so a cap never changes it), but only the prefix
+    `plan` allows is labelled, and its logits cover that prefix.
     Returns (logits, cache hits, runtime report: what labelled the transfer set, why,
     the calibration when int8 took part, and rows/s over the rows labelled).
     """
     from edgekd.distill.teacher import load_teacher, teacher_label_names
 
-    per_teacher, hits, report = [], {}, {"runtime": cfg.teacher_runtime}
+    per_teacher: list[dict[str, np.ndarray]] = []
+    hits: dict[str, bool] = {}
+    report: dict[str, Any] = {"runtime": cfg.teacher_runtime}
+    plan = plan or AugmentedPlan()
+    width = len(label_names)
     for i, name in enumerate([cfg.teacher, *cfg.extra_teachers]):
         model, tok = (teacher, tokenizer) if i == 0 else load_teacher(name)
         if teacher_label_names(model.config) != label_names:
@@ -257,16 +352,19 @@ def teacher_labels(
                 f"the first teacher {label_names}; ensemble teachers must agree"
             )
         fp = teacher_fingerprint(name, model)
-        labelers, info = choose_labelers(cfg, name, fp, splits, model, tok, onnx_runtime)
-        t = time.perf_counter()
-        logits, teacher_hits = label_splits(cfg, fp, splits, labelers)
-        seconds = time.perf_counter() - t
-        labelled = sum(len(splits[s]) for s, hit in teacher_hits.items() if not hit)
+        labelers, info = choose_labelers(
+            cfg, name, fp, splits, model, tok, onnx_runtime, plan.limit
+        )
+        meter = Meter()
+        logits, teacher_hits = label_splits(cfg, fp, splits, labelers, width, plan, meter)
         if i == 0:
             hits = teacher_hits  # the first teacher's cache use is the one reported
             report.update(info)
-            if labelled:
-                report["rows_per_s"] = round(labelled / max(seconds, 1e-9), 1)
+            if meter.rows:
+                report["rows_per_s"] = round(meter.rows / max(meter.seconds, 1e-9), 1)
+            if "augmented" in logits:
+                # The first teacher chose how many augmented rows fit; the others match.
+                plan = AugmentedPlan(limit=len(logits["augmented"]))
         per_teacher.append(logits)
         del model
     if len(per_teacher) == 1:
@@ -290,6 +388,7 @@ def choose_labelers(
     model: Any,
     tokenizer: Any,
     onnx_runtime: OnnxRuntime | None,
+    limit: int | None = None,
 ) -> tuple[dict[str, tuple[Labeler, str]], dict[str, Any]]:
     """Per split, the labeler and its cache name; and what was chosen, with why.
     Nothing is exported or calibrated while the cache holds every split."""
@@ -307,9 +406,14 @@ def choose_labelers(
     # auto's labels depend on the margin its calibration picks: the key names the sample.
     tag = f"auto:{cal_key[:16]}" if runtime == "auto" else runtime
     if runtime == "auto":
+        parts = [
+            (split, v[a:b])
+            for split, v in transfer.items()
+            for a, b in (augmented_chunks(v, limit) if split == "augmented" else [(0, len(v))])
+        ]
         pending = sum(
             len(v)
-            for split, v in transfer.items()
+            for split, v in parts
             if not has_cached(cache_dir(cfg), split_key(cfg, fingerprint, split, v, tag))
         )
         if 0 < pending < AUTO_MIN_ROWS and not calibration_path(cfg, cal_key).is_file():

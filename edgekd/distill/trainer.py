@@ -10,6 +10,7 @@ dev accuracy is recorded each epoch and never read to decide anything.
 from __future__ import annotations
 
 import copy
+import math
 import random
 import time
 from pathlib import Path
@@ -43,6 +44,21 @@ def build_loss(cfg: DistillConfig) -> Any:
             f"(got {cfg.epochs}); raise --epochs"
         )
     return loss
+
+
+def lr_factor(step: int, total: int, warmup: int, decay: str) -> float:
+    """Multiplier of the base learning rate before optimiser step `step` (0-based) of
+    `total`: linear warm-up over `warmup` steps, then constant, linear or cosine
+    down towards 0. A pure function of the step, so a resumed run follows the same
+    curve with no scheduler state to save."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if decay == "none":
+        return 1.0
+    done = (step - warmup) / max(total - warmup, 1)  # 0 → 1 over the decay
+    if decay == "linear":
+        return 1.0 - done
+    return 0.5 * (1.0 + math.cos(math.pi * done))
 
 
 class Extras:
@@ -193,6 +209,9 @@ def train_student(
     )
     from edgekd.threads import ThreadGovernor
 
+    # The schedule spans every planned epoch; an early stop simply ends it sooner.
+    total_steps = cfg.epochs * len(loader)
+    warmup_steps = int(cfg.warmup_ratio * total_steps)
     governor = ThreadGovernor()  # all cores when quiet, one when another process is busy
     with progress_bar() as bar:
         job = bar.add_task("distill", total=cfg.epochs * len(loader), rate="")
@@ -208,10 +227,13 @@ def train_student(
                 batches[:] = epoch_batches(epoch)
             model.train()
             total, count, epoch_start = 0.0, 0, time.perf_counter()
-            for batch in loader:
+            for i, batch in enumerate(loader):
                 loss = step_loss(batch, epoch)
                 accelerator.backward(loss)
                 accelerator.clip_grad_norm_(trainable, cfg.grad_clip)
+                step = (epoch - 1) * len(loader) + i
+                for group in optim.param_groups:
+                    group["lr"] = lr * lr_factor(step, total_steps, warmup_steps, cfg.lr_decay)
                 optim.step()
                 optim.zero_grad()
                 governor.step(len(batch["input_ids"]))

@@ -18,10 +18,20 @@ import torch
 from edgekd.artifacts import CONFIG, DistillMetrics
 from edgekd.config import DistillConfig, save_config, validate
 from edgekd.data import Split, align_labels, carve_selection, load_task
+from edgekd.distill import checkpoint as ckpt
 from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
-from edgekd.distill.labeling import augmented_texts, teacher_labels
+from edgekd.distill.labeling import AugmentedPlan, augmented_texts, teacher_labels
 from edgekd.distill.losses import NO_LABEL
 from edgekd.distill.teacher import load_teacher, teacher_label_names
+from edgekd.distill.timebudget import (
+    MIN_EPOCHS,
+    Clock,
+    augmented_room,
+    describe,
+    make_plan,
+    planned_config,
+    probe_train_rate,
+)
 from edgekd.distill.trainer import build_extras, preflight, train_student
 from edgekd.errors import EdgeKDError
 from edgekd.exporters.teacher import OnnxLabelers
@@ -80,6 +90,8 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     if cfg.assistant is not None:
         return run_takd(cfg, out_dir, overwrite)
     preflight(cfg)
+    # The budget counts from here: loading and augmenting spend it too.
+    clock = Clock(cfg.time_budget) if cfg.time_budget is not None else None
     torch.manual_seed(cfg.seed)
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -97,6 +109,36 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     extra, sources = augmented_texts(cfg, train.texts, teacher_tok)
     seconds["augment"] = time.perf_counter() - t
 
+    # The student's vocabulary comes from every candidate row, kept or not, so a cap on
+    # the augmented rows (set, or chosen by the budget) never changes it.
+    t = time.perf_counter()
+    try:
+        student, tok = STUDENTS.get(cfg.student.name).prepare(
+            cfg.student.options, train.texts + extra, task.num_labels, teacher, teacher_tok
+        )
+    except ValueError as e:  # options that fit the config model but not this teacher
+        raise EdgeKDError(
+            f"student {cfg.student.name!r}: {str(e).splitlines()[0]}; fix student.options"
+        ) from None
+    seconds["prepare_student"] = time.perf_counter() - t
+
+    checkpoint = checkpoint_dir(out_dir)
+    plan = AugmentedPlan(limit=cfg.augment.max_rows)
+    train_rate = None
+    if clock is not None:
+        resumed = ckpt.planned_fields(checkpoint, cfg)
+        if resumed is not None:  # an interrupted run's plan: resume it, do not re-plan
+            cfg = cfg.model_copy(update=resumed)
+            plan = AugmentedPlan(limit=cfg.augment.max_rows)
+            clock = None
+        else:
+            with torch.random.fork_rng():  # the probe's dropout draws leave no trace
+                train_rate = probe_train_rate(
+                    cfg, student, tok, train.texts + extra, task.num_labels
+                )
+            room = augmented_room(clock, len(train), train_rate, min(MIN_EPOCHS, cfg.epochs))
+            plan = AugmentedPlan(limit=cfg.augment.max_rows, room=room)
+
     t = time.perf_counter()
     # The selection rows are labelled too: the teacher's agreement there is reported.
     splits = {"train": train.texts, "dev": task.dev.texts}
@@ -108,33 +150,34 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     # others then read it instead of running the teacher again.
     with state.main_process_first():
         logits, hits, runtime = teacher_labels(
-            cfg, splits, teacher, teacher_tok, task.label_names, OnnxLabelers
+            cfg, splits, teacher, teacher_tok, task.label_names, OnnxLabelers, plan
         )
     dev_logits = logits["dev"]
     seconds["teacher_logits"] = time.perf_counter() - t
+    candidates = len(extra)
+    kept = len(logits["augmented"]) if extra else 0
+    extra, sources = extra[:kept], sources[:kept]
+    time_plan = None
+    if clock is not None and train_rate is not None:
+        time_plan = make_plan(
+            clock, cfg, train_rate, runtime.get("rows_per_s"), len(train), candidates, kept
+        )
+        cfg = planned_config(cfg, time_plan)
+        console.print(describe(time_plan))
     # Augmented rows carry soft logits only: their gold label is NO_LABEL.
     transfer = Split(train.texts + extra, train.labels + [NO_LABEL] * len(extra))
     train_logits = np.concatenate([logits["train"], logits.get("augmented", logits["train"][:0])])
 
     t = time.perf_counter()
-    try:
-        student, tok = STUDENTS.get(cfg.student.name).prepare(
-            cfg.student.options, transfer.texts, task.num_labels, teacher, teacher_tok
-        )
-    except ValueError as e:  # options that fit the config model but not this teacher
-        raise EdgeKDError(
-            f"student {cfg.student.name!r}: {str(e).splitlines()[0]}; fix student.options"
-        ) from None
     pairs = not isinstance(train.texts[0], str)
     extras = build_extras(cfg, student, tok, teacher, teacher_tok, sources, len(train), pairs)
     if extras.teacher is None:
         del teacher  # not needed past this point; free its memory
-    seconds["prepare_student"] = time.perf_counter() - t
+    seconds["prepare_student"] += time.perf_counter() - t
 
     t = time.perf_counter()
     # Every process resumes from the checkpoint (they must agree on the epoch and the
     # weights); only the main one writes it.
-    checkpoint = checkpoint_dir(out_dir)
     fit = train_student(
         cfg,
         student,
@@ -182,6 +225,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
             "n_overlap_dropped": overlap,
             "n_augmented": len(extra),
             "n_dev": len(task.dev),
+            "time_plan": time_plan,
             "labels": task.label_names,
             "cache_hits": hits,
             "seconds": {k: round(v, 2) for k, v in seconds.items()},
@@ -193,8 +237,10 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         return metrics  # one writer: the main process
     with atomic_dir(out_dir, overwrite) as tmp:
         save_student(tmp, student, tok, task.label_names)
-        # The resolved config: the learning rate the student's default gave, not "unset".
-        save_config(cfg.model_copy(update={"lr": cfg.lr or student.default_lr}), tmp / CONFIG)
+        # The resolved config: the learning rate the student's default gave, not "unset";
+        # the budget's choice as plain fields and no budget, so it reruns to this student.
+        resolved = {"lr": cfg.lr or student.default_lr, "time_budget": None}
+        save_config(cfg.model_copy(update=resolved), tmp / CONFIG)
         metrics.write(tmp)
     discard_checkpoint(out_dir)  # the run is done: nothing to resume
     return metrics

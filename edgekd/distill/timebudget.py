@@ -1,0 +1,163 @@
+"""`--time-budget MINUTES`: the run sizes itself to finish in time.
+
+A distill run spends its time on three things that grow with the transfer set:
+labelling each augmented row once (teacher), and training on every row once per
+epoch (student). Both rates are measured in the run, not assumed: training on probe
+steps of the prepared student before the teacher labels anything, labelling on the
+rows it labels. Augmented rows are then labelled chunk by chunk while
+`MIN_EPOCHS` epochs over the larger set still fit; the time left after labelling
+buys more epochs (up to `epochs`). So a larger budget first buys data, then
+epochs: more distinct teacher-labelled rows help a student more than more passes
+over the same rows (Tang et al. 2019, §4.3: accuracy grows with the augmented
+set's size).
+
+The plan is a pure function of the measured rates; what it chose is written to the
+metrics (`time_plan`) and the resolved config (`epochs`, `augment.max_rows`), so
+rerunning that config reproduces the student without a budget.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from edgekd.artifacts import TimePlan
+from edgekd.config import DistillConfig
+from edgekd.data import bucketed_batches
+from edgekd.students.base import Student
+from edgekd.students.tokenizer import StudentTokenizer
+
+# Epochs the augmented set must leave room for: fewer passes over a larger set
+# under-train it; past these, extra time goes to epochs.
+MIN_EPOCHS = 3
+# Held back for what follows training: per-epoch scoring, final scoring, saving
+# (seconds; BiLSTM on SST-2 ≈ 3 s per epoch plus 10 s).
+RESERVE_S = 20.0
+PROBE_S = 3.0  # seconds of probe steps: ~50 BiLSTM batches of 50 rows on 2 cores
+
+
+class Clock:
+    """Seconds since the run started, against its budget."""
+
+    def __init__(self, minutes: float, start: float | None = None) -> None:
+        self.budget_s = 60.0 * minutes
+        self.start = time.perf_counter() if start is None else start
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def left(self) -> float:
+        return self.budget_s - self.elapsed()
+
+
+def probe_train_rate(
+    cfg: DistillConfig,
+    model: Student,
+    tok: StudentTokenizer,
+    texts: list[Any],
+    num_labels: int,
+    seconds: float = PROBE_S,
+) -> float:
+    """Training rows per second of `model` on `texts`, from optimiser steps on a
+    throwaway copy (targets are zeros: the cost of a step does not depend on them).
+    Batches are length-bucketed like the real loop's, from a seeded sample."""
+    probe = copy.deepcopy(model).train()
+    optim = torch.optim.Adam(probe.parameters(), lr=1e-3)
+    rng = random.Random(cfg.seed)
+    sample = rng.sample(range(len(texts)), min(len(texts), 64 * cfg.batch_size))
+    ids = tok.ids([texts[i] for i in sample])
+    batches = bucketed_batches([tok.length(x) for x in ids], cfg.batch_size, rng)
+    rows, spent, started = 0, 0.0, time.perf_counter()
+    for n, batch in enumerate(batches):
+        t = time.perf_counter()
+        enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in batch]).items()}
+        logits = probe(**enc)
+        loss = ((logits - torch.zeros(len(batch), num_labels)) ** 2).mean()
+        loss.backward()
+        optim.step()
+        optim.zero_grad()
+        if n >= 2:  # the first steps allocate: not the steady rate
+            rows, spent = rows + len(batch), spent + time.perf_counter() - t
+        if time.perf_counter() - started > seconds and n >= 5:
+            break
+    return rows / spent if spent > 0 else float("inf")
+
+
+def augmented_room(
+    clock: Clock, n_train: int, train_rate: float, min_epochs: int, reserve_s: float = RESERVE_S
+) -> Callable[[int, float], bool]:
+    """`room(rows, label_s)`: whether growing the augmented set to `rows` rows, at
+    `label_s` seconds of labelling, still leaves `min_epochs` epochs over the
+    whole transfer set (`n_train` + rows) within the budget."""
+
+    def room(rows: int, label_s: float) -> bool:
+        train_s = min_epochs * (n_train + rows) / train_rate
+        return clock.elapsed() + label_s + train_s + reserve_s <= clock.budget_s
+
+    return room
+
+
+def plan_epochs(left_s: float, rows: int, train_rate: float, max_epochs: int) -> int:
+    """Whole epochs over `rows` rows that fit in `left_s` seconds, 1..max_epochs."""
+    fit = int(max(left_s, 0.0) * train_rate / max(rows, 1))
+    return max(1, min(max_epochs, fit))
+
+
+def make_plan(
+    clock: Clock,
+    cfg: DistillConfig,
+    train_rate: float,
+    label_rate: float | None,
+    n_train: int,
+    candidates: int,
+    kept: int,
+) -> TimePlan:
+    """The epochs that fit after labelling, and the record of the whole choice."""
+    left = clock.left() - RESERVE_S
+    rows = n_train + kept
+    epochs = plan_epochs(left, rows, train_rate, cfg.epochs)
+    planned = clock.elapsed() + epochs * rows / train_rate + RESERVE_S
+    cap = cfg.augment.max_rows
+    if kept < min(candidates, cap if cap is not None else candidates):
+        why = (
+            f"{kept:,} of {candidates:,} augmented rows: more would leave under "
+            f"{min(MIN_EPOCHS, cfg.epochs)} epochs in the budget"
+        )
+    elif epochs < cfg.epochs:
+        why = f"every augmented row; {epochs} of {cfg.epochs} epochs fit the budget"
+    else:
+        why = "everything fits: every augmented row, every epoch"
+    if planned > clock.budget_s * 1.02:
+        why += f" (over budget: ~{planned / 60:.1f} min; a larger --time-budget fits it)"
+    return TimePlan(
+        budget_s=round(clock.budget_s, 1),
+        train_rows_per_s=round(train_rate, 1),
+        label_rows_per_s=None if label_rate is None else round(label_rate, 1),
+        augmented_candidates=candidates,
+        augmented_rows=kept,
+        epochs=epochs,
+        planned_s=round(planned, 1),
+        why=why,
+    )
+
+
+def planned_config(cfg: DistillConfig, plan: TimePlan) -> DistillConfig:
+    """`cfg` with the plan's choice as plain fields: what the run trains with."""
+    augment = cfg.augment.model_copy(
+        update={"max_rows": plan.augmented_rows if plan.augmented_candidates else None}
+    )
+    return cfg.model_copy(update={"epochs": plan.epochs, "augment": augment})
+
+
+def describe(plan: TimePlan) -> str:
+    label = f", labelling {plan.label_rows_per_s:,.0f} rows/s" if plan.label_rows_per_s else ""
+    return (
+        f"time budget {plan.budget_s / 60:.1f} min: {plan.augmented_rows:,} augmented rows, "
+        f"{plan.epochs} epochs (training {plan.train_rows_per_s:,.0f} rows/s{label}); "
+        f"{plan.why}"
+    )

@@ -1,0 +1,171 @@
+"""--time-budget: the plan's arithmetic, the chunked labelling it drives, and a run
+that records what it chose and resolves to a config that reproduces it."""
+
+import numpy as np
+import pytest
+import yaml
+from safetensors.torch import load_file
+
+from edgekd.config import AugmentConfig, DataConfig, DistillConfig
+from edgekd.distill import labeling
+from edgekd.distill.labeling import AugmentedPlan, Meter, augmented_chunks, label_chunks
+from edgekd.distill.timebudget import Clock, augmented_room, make_plan, plan_epochs
+
+SMALL = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
+
+
+class FixedClock(Clock):
+    def __init__(self, minutes, elapsed):
+        super().__init__(minutes, start=0.0)
+        self.now = elapsed
+
+    def elapsed(self):
+        return self.now
+
+
+def test_plan_epochs_fits_whole_epochs_within_one_and_max():
+    # 600 s at 1,000 rows/s over 150,000 rows: 4 epochs (4.0 exactly).
+    assert plan_epochs(600, 150_000, 1_000, 10) == 4
+    assert plan_epochs(599, 150_000, 1_000, 10) == 3
+    assert plan_epochs(10_000, 150_000, 1_000, 5) == 5  # capped by `epochs`
+    assert plan_epochs(-30, 150_000, 1_000, 5) == 1  # over budget already: one pass
+
+
+def test_augmented_room_keeps_min_epochs_over_the_grown_set():
+    clock = FixedClock(minutes=10, elapsed=100.0)  # 500 s left
+    room = augmented_room(clock, n_train=50_000, train_rate=1_000, min_epochs=3, reserve_s=20)
+    # 3 × (50,000 + 100,000) / 1,000 = 450 s; 100 + 450 + 20 = 570 ≤ 600.
+    assert room(100_000, 0.0)
+    # The same rows cost 40 s of labelling: 610 > 600.
+    assert not room(100_000, 40.0)
+    assert room(110_000, 0.0)  # 100 + 3 × 160 + 20 = 600 s: exactly the budget
+    assert not room(111_000, 0.0)  # 603 s
+
+
+def test_make_plan_says_what_bound_the_choice():
+    cfg = DistillConfig(teacher="t", epochs=10)
+    clock = FixedClock(minutes=10, elapsed=200.0)
+    cut = make_plan(clock, cfg, 1_000.0, 800.0, 50_000, candidates=100_000, kept=40_960)
+    # (600 − 200 − 20) s × 1,000 rows/s / 90,960 rows = 4.2 → 4 epochs.
+    assert (cut.epochs, cut.augmented_rows, cut.augmented_candidates) == (4, 40_960, 100_000)
+    assert cut.why.startswith("40,960 of 100,000 augmented rows")
+    every = make_plan(clock, cfg, 1_000.0, None, 50_000, candidates=0, kept=0)
+    assert every.epochs == 7 and "7 of 10 epochs" in every.why  # 380 s × 1,000 / 50,000
+    roomy = make_plan(FixedClock(60, 0.0), cfg, 1_000.0, None, 50_000, 0, 0)
+    assert roomy.epochs == 10 and roomy.why.startswith("everything fits")
+    late = make_plan(FixedClock(1, 100.0), cfg, 1_000.0, None, 50_000, 0, 0)
+    assert late.epochs == 1 and "over budget" in late.why
+
+
+def test_augmented_chunks_sit_at_fixed_offsets_under_any_cap():
+    texts = [str(i) for i in range(20_000)]
+    assert augmented_chunks(texts, None) == [(0, 8192), (8192, 16384), (16384, 20000)]
+    # A cap shares every whole chunk with a larger cap: their cached labels too.
+    assert augmented_chunks(texts, 10_000) == [(0, 8192), (8192, 10000)]
+
+
+def _cfg(tmp_path):
+    return DistillConfig(teacher="t", cache_dir=str(tmp_path / "cache"))
+
+
+def test_label_chunks_stops_where_room_says_and_charges_nothing_for_cached(tmp_path, monkeypatch):
+    monkeypatch.setattr(labeling, "AUGMENT_CHUNK", 4)
+    texts = [f"{i}.0" for i in range(10)]
+    calls = []
+
+    def labeler(rows, what):
+        calls.append(list(rows))
+        return np.array([[0.0, float(t)] for t in rows], dtype=np.float32)
+
+    asked = []
+
+    def room(rows, seconds):
+        asked.append((rows, seconds))
+        return rows <= 8
+
+    cfg = _cfg(tmp_path)
+    meter = Meter()
+    out, hit = label_chunks(cfg, "fp", texts, labeler, "onnx", 2, AugmentedPlan(room=room), meter)
+    np.testing.assert_allclose(out[:, 1], range(8))  # the prefix that fit: chunks 1 and 2
+    assert calls == [texts[:4], texts[4:8]] and not hit and meter.rows == 8
+    # The first chunk's cost is unknown (no rate yet); later ones come from the meter.
+    assert asked[0] == (4, 0.0) and asked[1][1] > 0 and asked[2][0] == 10
+    calls.clear()
+    again, hit = label_chunks(cfg, "fp", texts, labeler, "onnx", 2, AugmentedPlan(limit=8), Meter())
+    np.testing.assert_allclose(again, out)
+    assert calls == [] and hit  # both chunks read back from the cache
+    none, _ = label_chunks(
+        cfg, "fp", texts, labeler, "onnx", 2, AugmentedPlan(room=lambda r, s: False), Meter()
+    )
+    assert none.shape == (0, 2)
+
+
+def _run(tiny_teacher, tiny_data, **kw):
+    aug = AugmentConfig(methods=["mask", "ngram"], n_iter=3)
+    base = {
+        "teacher": str(tiny_teacher),
+        "data": DataConfig(spec=str(tiny_data)),
+        "epochs": 3,
+        "batch_size": 16,
+        "student": {"name": "bilstm", "options": SMALL},
+        "augment": aug,
+    }
+    return DistillConfig(**{**base, **kw})
+
+
+def test_run_distill_with_roomy_budget_keeps_everything_and_resolves_it(
+    tiny_teacher, tiny_data, tmp_path
+):
+    from edgekd.stages.distill import distill as run_distill
+
+    m = run_distill(_run(tiny_teacher, tiny_data, time_budget=30.0), tmp_path / "a")
+    plan = m.time_plan
+    assert plan is not None and plan.why.startswith("everything fits")
+    assert plan.epochs == 3 and plan.augmented_rows == plan.augmented_candidates > 0
+    assert plan.train_rows_per_s > 0 and m.epochs_run == 3
+    resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert resolved["time_budget"] is None and resolved["epochs"] == 3
+    assert resolved["augment"]["max_rows"] == plan.augmented_rows
+    # The resolved config, rerun without a budget, trains the same student.
+    again = DistillConfig(**resolved)
+    from edgekd.stages.distill import distill as rerun
+
+    rerun(again, tmp_path / "b")
+    a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in "ab")
+    assert all((a[k] == b[k]).all() for k in a)
+
+
+def test_run_distill_with_tiny_budget_drops_augmentation_and_epochs(
+    tiny_teacher, tiny_data, tmp_path
+):
+    from edgekd.stages.distill import distill as run_distill
+
+    m = run_distill(_run(tiny_teacher, tiny_data, time_budget=0.001), tmp_path / "a")
+    plan = m.time_plan
+    assert plan is not None and plan.augmented_rows == 0 and m.n_augmented == 0
+    assert plan.epochs == 1 and m.epochs_run == 1 and "over budget" in plan.why
+
+
+def test_planned_fields_resume_an_interrupted_plan_only_for_the_same_config(tmp_path):
+    from edgekd.distill.checkpoint import planned_fields
+    from edgekd.io import atomic_dir, write_json
+
+    cfg = DistillConfig(teacher="t", time_budget=10.0)
+    planned = cfg.model_copy(
+        update={"epochs": 4, "augment": cfg.augment.model_copy(update={"max_rows": 123})}
+    )
+    folder = tmp_path / ".s.resume"
+    with atomic_dir(folder) as tmp:
+        write_json(tmp / "state.json", {"config": planned.model_dump(mode="json")})
+    fields = planned_fields(folder, cfg)
+    assert fields is not None and fields["epochs"] == 4 and fields["augment"].max_rows == 123
+    assert planned_fields(folder, cfg.model_copy(update={"seed": 1})) is None
+    assert planned_fields(tmp_path / "nowhere", cfg) is None
+
+
+@pytest.mark.parametrize("minutes", [0, -1])
+def test_time_budget_must_be_positive(minutes):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        DistillConfig(teacher="t", time_budget=minutes)
