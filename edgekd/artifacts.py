@@ -125,7 +125,7 @@ class TimePlan(Nested):
 
     budget_s: float  # the whole run, load to saved student (seconds)
     train_rows_per_s: float  # student training, measured on probe steps
-    label_rows_per_s: float | None  # teacher labelling in this run; None: all cached
+    label_rows_per_s: float | None = None  # teacher labelling in this run; None: all cached
     augmented_candidates: int  # variants generated
     augmented_rows: int  # of them, labelled and trained on
     epochs: int  # planned passes over the transfer set

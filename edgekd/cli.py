@@ -334,9 +334,9 @@ def distill(
         None,
         "--augment",
         help="Comma-separated: mask, pos, ngram, tang (all three), minimax (pick the most "
-        "divergent variants each epoch), mixup (MixKD). Their options: -s "
-        "augment.methods.NAME.options.FIELD=VALUE.",
-        show_default="none",
+        "divergent variants each epoch), mixup (MixKD); none: no augmentation. Their "
+        "options: -s augment.methods.NAME.options.FIELD=VALUE.",
+        show_default="tang",
     ),
     n_iter: int = field(AugmentConfig, "n_iter", "--n-iter"),
     max_augmented: int | None = field(
@@ -414,7 +414,7 @@ def distill(
             raw[key] = name
     if augment is not None:
         listed = {component_name(m): m for m in (raw.get("augment") or {}).get("methods") or []}
-        names = [m.strip() for m in augment.split(",") if m.strip()]
+        names = [m.strip() for m in augment.split(",") if m.strip() not in ("", "none")]
         raw = apply_sets(raw, {"augment.methods": [listed.get(n, n) for n in names]})
     raw = apply_sets(raw, sets, DistillConfig)
     sizes = {"layers": layers, "hidden": hidden, "heads": heads, "ffn": ffn}

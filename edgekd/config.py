@@ -107,7 +107,9 @@ class Schedule(StrictModel):
 
 class AugmentConfig(StrictModel):
     methods: list[Component] = Field(
-        default_factory=list,
+        # Tang et al.'s rules by default: on SST-2 they lift the int8 BiLSTM from 0.866
+        # to 0.877 and, on a held-out 3-class task, retention from 95.6% to 99.6%.
+        default_factory=lambda: [Component(name="tang")],
         description="Augmenters in order, each a name or {name, options}: text augmenters "
         "(mask, pos, ngram; tang = all three), `minimax` (select among their variants) and "
         "`mixup` (MixKD). Options are each augmenter's own (`edgekd distill --help`).",
@@ -205,10 +207,11 @@ class DistillConfig(StrictModel):
     )
     epochs: int = Field(10, ge=1, description="Passes over the transfer set (at most).")
     time_budget: float | None = Field(
-        None,
+        # Distill, export and bundle in 15 minutes on 2 cores: export + bundle take ~1.
+        12.0,
         gt=0,
         description="Minutes for the whole run: augmented rows, then epochs, are cut to fit "
-        "from the labelling and training rates measured in the run. Unset: no cut.",
+        "from the labelling and training rates measured in the run. null: no cut.",
     )
     batch_size: int = Field(50, ge=1, description="Rows per optimiser step (Tang et al.: 50).")
     lr: float | None = Field(

@@ -35,12 +35,23 @@ class BiLSTMConfig(StrictModel):
     )
     embedding_dim: int = Field(300, ge=2, description="Tang et al.: 300.")
     embedding_rank: int | None = Field(
-        None,
+        # 64: a 13k-word SST-2 table is 0.85 MB in int8 instead of 4 MB at 300, and the
+        # whole int8 bundle stays under 1.8 MB.
+        64,
         ge=1,
         description="Factorised table: vocab × rank rows, then a rank → embedding_dim "
-        "projection (ALBERT-style); bytes scale with rank, not embedding_dim.",
+        "projection (ALBERT-style); bytes scale with rank, not embedding_dim. null: "
+        "a plain vocab × embedding_dim table.",
     )
     hidden_size: int = Field(150, ge=1, description="LSTM units per direction; Tang et al.: 150.")
+
+    @property
+    def rank(self) -> int | None:
+        """The factorised table's width, or None for a plain table: a rank at or above
+        `embedding_dim` would add a projection and save nothing."""
+        r = self.embedding_rank
+        return r if r is not None and r < self.embedding_dim else None
+
     mlp_size: int = Field(400, ge=1, description="ReLU layer width; Tang et al.: 400.")
     pooling: Literal["max", "last"] = Field(
         "max", description="Max over time, or the concatenated final states of both directions."
@@ -65,7 +76,7 @@ class BiLSTMStudent(Student):
 
     def __init__(self, config: BiLSTMConfig, vocab_size: int, num_labels: int) -> None:
         super().__init__(config, vocab_size, num_labels)
-        rank = config.embedding_rank
+        rank = config.rank
         self.embedding = nn.Embedding(vocab_size, rank or config.embedding_dim, padding_idx=0)
         self.embedding_proj = (
             nn.Linear(rank, config.embedding_dim, bias=False) if rank is not None else None
@@ -194,12 +205,12 @@ class BiLSTMStudent(Student):
             with torch.no_grad():
                 # PCA coordinates: with a rank, the table holds the top `rank` of them and
                 # the projection starts as the identity into the first `rank` columns.
-                init = project_rows(rows, config.embedding_rank or config.embedding_dim)
+                init = project_rows(rows, config.rank or config.embedding_dim)
                 init[0] = 0.0  # padding row
                 model.embedding.weight.copy_(init)
                 if model.embedding_proj is not None:
                     model.embedding_proj.weight.copy_(
-                        torch.eye(config.embedding_dim, config.embedding_rank or 1)
+                        torch.eye(config.embedding_dim, config.rank or 1)
                     )
         return model, tok
 

@@ -99,7 +99,9 @@ class StudentTokenizer:
         return self.pad(self.ids(texts))
 
     def save(self, folder: Path) -> None:
-        self.tokenizer.save(str(folder / "tokenizer.json"))
+        # Compact JSON: a 13k-word vocabulary is 206 KB instead of 313 KB pretty-printed,
+        # a sixth of a 1.8 MB bundle.
+        self.tokenizer.save(str(folder / "tokenizer.json"), pretty=False)
 
     @classmethod
     def load(cls, folder: Path, max_length: int, add_special_tokens: bool = False):

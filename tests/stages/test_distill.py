@@ -11,7 +11,14 @@ SMALL = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
 
 
 def cfg(teacher, data, **kw):
-    kw = {"epochs": 2, "batch_size": 16, "student": {"name": "bilstm", "options": SMALL}, **kw}
+    # No augmentation unless a test asks for it (the default, tang, has its own tests).
+    kw = {
+        "epochs": 2,
+        "batch_size": 16,
+        "student": {"name": "bilstm", "options": SMALL},
+        "augment": {"methods": []},
+        **kw,
+    }
     return DistillConfig(teacher=str(teacher), data=DataConfig(spec=str(data)), **kw)
 
 

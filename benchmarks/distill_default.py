@@ -1,0 +1,291 @@
+"""The default student, tried as a new user would: SST-2 and CoLA, 3 seeds each.
+
+    python benchmarks/distill_default.py [--shared ../shared] [--seeds 0 1 2]
+        [--tasks sst2 cola] [--no-growth] [--no-load]
+
+Per task and seed, from a cold teacher-logit cache (a fresh $EDGEKD_CACHE per run),
+the commands of the README, each in its own process:
+
+    edgekd distill --student bilstm --teacher T --data D --out S --seed N
+    edgekd export S --out E --int8
+    edgekd bundle E --out B
+
+then the bundle scores dev through `edgekd.stages.bundle.Bundle` (what `edgekd
+predict` runs: onnxruntime + numpy). Reported: the teacher's dev accuracy (and MCC
+for CoLA), the bundle's, their ratio (retention), bundle bytes, the selection
+accuracy that chose the epoch, wall time by phase and peak RSS. The SST-2 teacher is
+the reference one in ../shared/models; CoLA's is fine-tuned here by `edgekd teacher`
+(its defaults: the packaged MiniLM, 2 epochs) and kept in runs/bench-default.
+
+Then the cost growth of augmentation (4,000 SST-2 rows, `tang` with n_iter 1, 5 and
+20 over every row, one epoch: transfer rows, wall, peak RSS), and the labelling and
+training rates quiet and under a concurrent CPU load (benchmarks/labelling_load.py,
+run as part of this one). Medians over seeds.
+
+Writes benchmarks/results/distill_default.json and distill_default.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RUNS = REPO / "runs" / "bench-default"
+
+
+def run(argv: list[str], env: dict[str, str]) -> dict[str, float]:
+    """Run one command; its wall seconds and peak RSS (MB), from its own rusage."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, cwd=REPO)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed ({os.waitstatus_to_exitcode(status)}): {' '.join(argv)}")
+    return {"wall_s": round(wall, 1), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
+
+
+def edgekd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "edgekd", *args]
+
+
+def mcc(pred: list[int], gold: list[int]) -> float:
+    """Matthews correlation (binary), CoLA's metric."""
+    tp = sum(p == 1 and g == 1 for p, g in zip(pred, gold, strict=True))
+    tn = sum(p == 0 and g == 0 for p, g in zip(pred, gold, strict=True))
+    fp = sum(p == 1 and g == 0 for p, g in zip(pred, gold, strict=True))
+    fn = sum(p == 0 and g == 1 for p, g in zip(pred, gold, strict=True))
+    den = ((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)) ** 0.5
+    return (tp * tn - fp * fn) / den if den else 0.0
+
+
+def dev_scores(predict: Any, data: Path, label_names: list[str]) -> dict[str, float]:
+    """Accuracy and MCC of `predict(texts) → label names` on `data`'s dev split."""
+    from edgekd.config import DataConfig
+    from edgekd.data import align_labels, load_task
+
+    task = align_labels(load_task(DataConfig(spec=str(data))), label_names)
+    names = predict(task.dev.texts)
+    pred = [label_names.index(n) for n in names]
+    gold = list(task.dev.labels)
+    acc = sum(p == g for p, g in zip(pred, gold, strict=True)) / len(gold)
+    return {"accuracy": acc, "mcc": mcc(pred, gold)}
+
+
+def teacher_scores(teacher: Path, data: Path) -> tuple[dict[str, float], list[str]]:
+    from edgekd.distill.teacher import load_predictor
+
+    predictor = load_predictor(teacher)
+    names = predictor.label_names
+
+    def predict(texts: list[str]) -> list[str]:
+        return [names[i] for i in predictor.logits(texts).argmax(1)]
+
+    return dev_scores(predict, data, names), names
+
+
+def cola_teacher(shared: Path, env: dict[str, str]) -> Path:
+    out = RUNS / "cola-teacher"
+    if not (out / "metrics.json").is_file():
+        run(edgekd("teacher", "--data", str(shared / "data" / "cola"), "--out", str(out)), env)
+    return out
+
+
+def one_run(task: str, teacher: Path, data: Path, seed: int, env: dict[str, str]) -> dict:
+    from edgekd.stages.bundle import Bundle
+
+    folder = RUNS / f"{task}-seed{seed}"
+    if (folder / "result.json").is_file():
+        return json.loads((folder / "result.json").read_text())
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    cache = Path(tempfile.mkdtemp(prefix="edgekd-cold-"))
+    env = {**env, "EDGEKD_CACHE": str(cache)}  # cold: the teacher labels everything
+    s, e, b = folder / "student", folder / "export", folder / "bundle"
+    phases = {
+        "distill": run(
+            edgekd(
+                "distill",
+                "--student",
+                "bilstm",
+                "--teacher",
+                str(teacher),
+                "--data",
+                str(data),
+                "--out",
+                str(s),
+                "--seed",
+                str(seed),
+            ),
+            env,
+        ),
+        "export": run(edgekd("export", str(s), "--out", str(e), "--int8"), env),
+        "bundle": run(edgekd("bundle", str(e), "--out", str(b)), env),
+    }
+    shutil.rmtree(cache, ignore_errors=True)
+    metrics = json.loads((s / "metrics.json").read_text())
+    bundle = Bundle(b, threads=0)
+
+    def predict(texts: list[str]) -> list[str]:
+        return [r["label"] for r in bundle.predict(texts)]
+
+    scores = dev_scores(predict, data, metrics["labels"])
+    result = {
+        "task": task,
+        "seed": seed,
+        "student": scores,
+        "bundle_bytes": sum(f.stat().st_size for f in b.rglob("*") if f.is_file()),
+        "selection_accuracy": metrics.get("selection_accuracy"),
+        "best_epoch": metrics["best_epoch"],
+        "epochs_run": metrics["epochs_run"],
+        "n_train": metrics["n_train"],
+        "n_augmented": metrics["n_augmented"],
+        "time_plan": metrics.get("time_plan"),
+        "teacher_runtime": metrics.get("teacher_runtime"),
+        "distill_seconds": metrics["seconds"],
+        "phases": phases,
+        "total_wall_s": round(sum(p["wall_s"] for p in phases.values()), 1),
+    }
+    (folder / "result.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def growth(shared: Path, env: dict[str, str]) -> list[dict]:
+    """4,000 SST-2 rows, tang over every row with n_iter 1 / 5 / 20, one epoch."""
+    rows = []
+    for n_iter, factor in ((1, "1×"), (5, "5×"), (20, "20×")):
+        cache = Path(tempfile.mkdtemp(prefix="edgekd-cold-"))
+        out = RUNS / f"growth-{n_iter}"
+        shutil.rmtree(out, ignore_errors=True)
+        cost = run(
+            edgekd("distill", "--teacher", str(shared / "models" / "sst2-minilm-teacher"),
+                   "--data", str(shared / "data" / "sst2"), "--out", str(out),
+                   "--max-train", "4000", "--augment", "tang", "--n-iter", str(n_iter),
+                   "-s", "augment.sources=all", "--epochs", "1"),
+            {**env, "EDGEKD_CACHE": str(cache)},
+        )  # fmt: skip
+        shutil.rmtree(cache, ignore_errors=True)
+        m = json.loads((out / "metrics.json").read_text())
+        rows.append(
+            {"augmentation": factor, "n_iter": n_iter,
+             "transfer_rows": m["n_train"] + m["n_augmented"], **cost}
+        )  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shared", type=Path, default=REPO.parent / "shared")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--tasks", nargs="+", default=["sst2", "cola"], choices=["sst2", "cola"])
+    p.add_argument("--no-growth", action="store_true")
+    p.add_argument("--no-load", action="store_true")
+    args = p.parse_args()
+    shared = args.shared.resolve()
+    env = dict(os.environ)
+    RUNS.mkdir(parents=True, exist_ok=True)
+    tasks: dict[str, Any] = {}
+    for task in args.tasks:
+        data = shared / "data" / task
+        teacher = (
+            shared / "models" / "sst2-minilm-teacher"
+            if task == "sst2"
+            else cola_teacher(shared, env)
+        )
+        t_scores, _ = teacher_scores(teacher, data)
+        runs = [one_run(task, teacher, data, seed, env) for seed in args.seeds]
+        med = statistics.median
+        tasks[task] = {
+            "teacher": t_scores,
+            "runs": runs,
+            "median": {
+                "accuracy": med(r["student"]["accuracy"] for r in runs),
+                "mcc": med(r["student"]["mcc"] for r in runs),
+                "retention": med(r["student"]["accuracy"] for r in runs) / t_scores["accuracy"],
+                "bundle_bytes": med(r["bundle_bytes"] for r in runs),
+                "total_wall_s": med(r["total_wall_s"] for r in runs),
+                **{
+                    f"{phase}_s": med(r["distill_seconds"].get(phase, 0.0) for r in runs)
+                    for phase in runs[0]["distill_seconds"]
+                },
+                "export_s": med(r["phases"]["export"]["wall_s"] for r in runs),
+                "bundle_s": med(r["phases"]["bundle"]["wall_s"] for r in runs),
+                "peak_rss_mb": med(r["phases"]["distill"]["peak_rss_mb"] for r in runs),
+            },
+        }
+    result: dict[str, Any] = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "tasks": tasks,
+    }
+    if not args.no_growth:
+        result["growth"] = growth(shared, env)
+    if not args.no_load:
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "labelling_load.py")], check=True)
+        load = REPO / "benchmarks" / "results" / "labelling_load.json"
+        result["load"] = json.loads(load.read_text())
+    write(result)
+
+
+def write(result: dict[str, Any]) -> None:
+    out = REPO / "benchmarks" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "distill_default.json").write_text(json.dumps(result, indent=2))
+    lines = [
+        "# The default student (`edgekd distill --student bilstm`, export --int8, bundle)",
+        "",
+        f"{result['machine']}; cold teacher-logit cache per run; medians over seeds.",
+        "",
+        "| task | teacher acc | teacher MCC | bundle acc (int8) | MCC | retention | bundle "
+        "bytes | wall (distill+export+bundle) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for task, t in result["tasks"].items():
+        m = t["median"]
+        lines.append(
+            f"| {task} | {t['teacher']['accuracy']:.4f} | {t['teacher']['mcc']:.3f} | "
+            f"{m['accuracy']:.4f} | {m['mcc']:.3f} | {m['retention']:.1%} | "
+            f"{m['bundle_bytes']:,.0f} | {m['total_wall_s'] / 60:.1f} min |"
+        )
+    lines += ["", "| task | seed | bundle acc | selection acc (chose the epoch) | epochs | "
+              "augmented rows | wall by phase (s) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for task, t in result["tasks"].items():
+        for r in t["runs"]:
+            phases = ", ".join(f"{k} {v:.0f}" for k, v in r["distill_seconds"].items())
+            phases += f", export {r['phases']['export']['wall_s']:.0f}"
+            phases += f", bundle {r['phases']['bundle']['wall_s']:.0f}"
+            sel = r["selection_accuracy"]
+            lines.append(
+                f"| {task} | {r['seed']} | {r['student']['accuracy']:.4f} | "
+                f"{'—' if sel is None else f'{sel:.4f}'} | {r['best_epoch']}/{r['epochs_run']} | "
+                f"{r['n_augmented']:,} | {phases} |"
+            )
+    if "growth" in result:
+        lines += ["", "Cost growth (4,000 SST-2 rows, tang over every row, one epoch):", "",
+                  "| augmentation | transfer rows | wall (s) | peak RSS (MB) |",
+                  "|---|---|---|---|"]  # fmt: skip
+        for g in result["growth"]:
+            lines.append(
+                f"| {g['augmentation']} | {g['transfer_rows']:,} | {g['wall_s']:.0f} | "
+                f"{g['peak_rss_mb']:.0f} |"
+            )
+    if "load" in result:
+        lines += [
+            "",
+            "Labelling and training quiet and under load: "
+            "benchmarks/results/labelling_load.md (run as part of this benchmark).",
+        ]
+    (out / "distill_default.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
