@@ -359,9 +359,7 @@ def distill(
     temperature: float = field(DistillConfig, "temperature", "--temperature"),
     ce_weight: float = field(DistillConfig, "ce_weight", "--ce-weight"),
     epochs: int = field(DistillConfig, "epochs", "--epochs"),
-    time_budget: float | None = field(
-        DistillConfig, "time_budget", "--time-budget", default="none: no cut"
-    ),
+    time_budget: float | None = field(DistillConfig, "time_budget", "--time-budget"),
     batch_size: int = field(DistillConfig, "batch_size", "--batch-size"),
     lr: float | None = field(
         DistillConfig, "lr", "--lr", default="the student's: bilstm 1e-3, bert 5e-5"
