@@ -3,7 +3,7 @@ components' `{name, options}` form."""
 
 import pytest
 
-from edgekd.config import DistillConfig, ExportConfig, apply_sets, parse_sets, validate
+from edgekd.config import DistillConfig, ExportConfig, apply_sets, parse_sets, parse_yaml, validate
 from edgekd.errors import EdgeKDError
 from edgekd.recipe import Recipe
 
@@ -11,6 +11,27 @@ from edgekd.recipe import Recipe
 def test_parse_sets_reads_values_as_yaml():
     sets = parse_sets(["epochs=4", "lr=1e-3", "augment.methods=[tang, minimax]", "x.y=true"])
     assert sets == {"epochs": 4, "lr": 0.001, "augment.methods": ["tang", "minimax"], "x.y": True}
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1e-3", 0.001),
+        ("-2.5", -2.5),
+        (".5", 0.5),
+        ("-.5e1", -5.0),
+        ("1_000.0", 1000.0),
+        (".inf", float("inf")),
+    ],
+)
+def test_parse_yaml_reads_numbers_as_yaml_1_2(text, value):
+    assert parse_yaml(text) == value
+
+
+@pytest.mark.parametrize("text", ["._", ".", "_.", "-._", "1_"])
+def test_parse_yaml_keeps_digitless_dots_as_strings(text):
+    # `._` once matched the float pattern and crashed float('.') (found by hypothesis).
+    assert isinstance(parse_yaml(text), (str, int))
 
 
 @pytest.mark.parametrize("pair", ["oops", "=3", "a..b=1", "a.=1"])
