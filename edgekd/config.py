@@ -226,6 +226,12 @@ class DistillConfig(StrictModel):
         0.0, ge=0, lt=1, description="Share of the planned steps with a linear warm-up."
     )
     grad_clip: float = Field(5.0, gt=0, description="Max global gradient norm.")
+    ema: float | None = Field(
+        None,
+        gt=0,
+        description="Score and keep an exponential moving average of the weights over about "
+        "this many epochs (0.25: the last quarter epoch counts most). null: the raw weights.",
+    )
     patience: int = Field(
         3, ge=1, description="Epochs without selection gain before stopping early (epochs)."
     )

@@ -41,8 +41,13 @@ def plain(keys: list[str]) -> st.SearchStrategy[Any]:
     )
 
 
+# One folder for every generated input, removed when the test process exits (a
+# TemporaryDirectory's finaliser): ~1,000 examples per run must not pile up in /tmp.
+_ROOT = tempfile.TemporaryDirectory(prefix="edgekd-prop-")
+
+
 def write(text: str | bytes, suffix: str) -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="edgekd-prop-"))
+    folder = Path(tempfile.mkdtemp(dir=_ROOT.name))
     path = folder / f"input{suffix}"
     if isinstance(text, bytes):
         path.write_bytes(text)

@@ -246,8 +246,11 @@ def method_options(cfg: AugmentConfig, stage: str) -> Any:
 
 
 def text_key(cfg: AugmentConfig) -> str:
-    """What the augmented rows depend on (training-time methods left out), for caching."""
-    fields = cfg.model_dump(exclude={"methods"})
+    """What the augmented rows depend on (training-time methods left out), for caching.
+    Not `max_rows`: a cap keeps a prefix of the same seeded order, so a capped run (or
+    a budgeted run's resolved config, which states its cap) reuses the chunks labelled
+    without one."""
+    fields = cfg.model_dump(exclude={"methods", "max_rows"})
     fields["methods"] = [m.model_dump() for m in methods_of_stage(cfg.methods, "text")]
     return json.dumps(fields, sort_keys=True)
 

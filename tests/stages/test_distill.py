@@ -134,6 +134,23 @@ def test_run_distill_adds_teacher_labelled_augmented_rows(tiny_teacher, tiny_dat
     assert again["n_augmented"] == m["n_augmented"] and again["cache_hits"]["augmented"] is True
 
 
+def test_run_distill_capped_rerun_reads_the_uncapped_runs_chunks(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # A budgeted run's resolved config states its cap (augment.max_rows): rerunning it
+    # must reuse the labelled chunks, not label them again under a new cache key.
+    from edgekd.config import AugmentConfig
+    from edgekd.distill import labeling
+
+    monkeypatch.setattr(labeling, "AUGMENT_CHUNK", 4)
+    aug = AugmentConfig(methods=["mask"], n_iter=2)
+    m = run_distill(cfg(tiny_teacher, tiny_data, augment=aug, epochs=1), tmp_path / "a")
+    assert m["n_augmented"] > 8 and m["cache_hits"]["augmented"] is False
+    capped = aug.model_copy(update={"max_rows": 8})
+    again = run_distill(cfg(tiny_teacher, tiny_data, augment=capped, epochs=1), tmp_path / "b")
+    assert again["n_augmented"] == 8 and again["cache_hits"]["augmented"] is True
+
+
 def test_run_distill_rejects_unknown_augmenter_before_any_work(tiny_data, tmp_path):
     from edgekd.config import AugmentConfig
 
@@ -329,3 +346,14 @@ def test_run_distill_pkd_feeds_each_model_its_own_tokens(tiny_teacher, tiny_data
         run_distill(
             cfg(tiny_teacher, tiny_data, intermediate="tinybert", epochs=3, **kw), tmp_path / "t"
         )
+
+
+def test_train_student_keeps_the_averaged_weights_when_ema_is_set(
+    tiny_teacher, tiny_data, tmp_path
+):
+    raw = run_distill(cfg(tiny_teacher, tiny_data, epochs=2), tmp_path / "raw")
+    ema = run_distill(cfg(tiny_teacher, tiny_data, epochs=2, ema=0.5), tmp_path / "ema")
+    a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in ("raw", "ema"))
+    # Same seed, same steps: only the kept weights differ (the average lags the steps).
+    assert a.keys() == b.keys() and any((a[k] != b[k]).any() for k in a)
+    assert raw["history"][0]["train_loss"] == ema["history"][0]["train_loss"]

@@ -1,0 +1,45 @@
+"""The training loop's pieces that have a value to check by hand: the learning-rate
+curve and the weight average."""
+
+import pytest
+import torch
+
+from edgekd.distill.trainer import lr_factor, weight_average
+
+
+def test_lr_factor_warms_up_then_decays_linearly_to_zero():
+    # 10 steps, 2 of warm-up: 1/2, 2/2, then 1 − (step − 2)/8.
+    got = [lr_factor(s, 10, 2, "linear") for s in range(10)]
+    assert got == pytest.approx([0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125])
+    assert lr_factor(6, 10, 2, "cosine") == pytest.approx(0.5)  # half-way: cos(π/2) = 0
+    assert lr_factor(7, 10, 0, "none") == 1.0
+
+
+def test_weight_average_is_none_without_a_horizon():
+    assert weight_average(torch.nn.Linear(1, 1), None, 100) is None
+
+
+def test_weight_average_follows_the_ema_of_the_steps():
+    # Horizon 0.5 epoch of 4 steps: decay 1 − 1/2 = 0.5. Weights 1, 3, 5 at the steps:
+    # the first copies (1), then 0.5·1 + 0.5·3 = 2, then 0.5·2 + 0.5·5 = 3.5.
+    model = torch.nn.Linear(1, 1, bias=False)
+    avg = weight_average(model, 0.5, 4)
+    for w in (1.0, 3.0, 5.0):
+        with torch.no_grad():
+            model.weight.fill_(w)
+        avg.update_parameters(model)
+    assert avg.module.weight.item() == pytest.approx(3.5)
+    assert model.weight.item() == 5.0  # the trained weights are untouched
+
+
+def test_weight_average_decay_scales_with_the_epoch_length():
+    # The same horizon in epochs: 1 − 1/(0.25·3,500) on a long epoch, 1 − 1/(0.25·40)
+    # on a short one; a horizon under one step keeps the last weights (decay 0).
+    for steps, decay in ((3500, 1 - 1 / 875), (40, 0.9), (2, 0.0)):
+        model = torch.nn.Linear(1, 1, bias=False)
+        avg = weight_average(model, 0.25, steps)
+        for w in (0.0, 1.0):
+            with torch.no_grad():
+                model.weight.fill_(w)
+            avg.update_parameters(model)
+        assert avg.module.weight.item() == pytest.approx(1 - decay)
