@@ -227,7 +227,9 @@ class DistillConfig(StrictModel):
     )
     grad_clip: float = Field(5.0, gt=0, description="Max global gradient norm.")
     ema: float | None = Field(
-        None,
+        # Measured on SST-2 (same rows, same steps): dev +0.1 / +1.2 / +0.7 points at
+        # epochs 1 / 2 / 3 over the raw weights.
+        0.25,
         gt=0,
         description="Score and keep an exponential moving average of the weights over about "
         "this many epochs (0.25: the last quarter epoch counts most). null: the raw weights.",

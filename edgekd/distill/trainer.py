@@ -3,7 +3,7 @@
 The loop runs under Hugging Face accelerate, one process by default, so
 `accelerate launch --num_processes 2 -m edgekd distill ...` scales it out with
 no change here. Accuracy on the selection split (held out of the training rows,
-`edgekd.data.carve_selection`) picks the best epoch and stops early (`patience`);
+`edgekd.data.carve_selection`) picks the epoch (`keeps_later`) and stops early (`patience`);
 dev accuracy is recorded each epoch and never read to decide anything.
 """
 
@@ -274,8 +274,8 @@ def train_student(
             stop = False
             if epoch >= first_scored:
                 # With no selection rows, every epoch improves on the last (kept: the last).
-                if acc is None or acc > best_acc:
-                    best_acc, best_epoch = (best_acc if acc is None else acc), epoch
+                if acc is None or keeps_later(acc, best_acc, len(select)):
+                    best_acc, best_epoch = (best_acc if acc is None else max(acc, best_acc)), epoch
                     best_state = copy.deepcopy(student.state_dict())
                 elif epoch - best_epoch >= cfg.patience and epoch >= min_epochs:
                     stop = True
@@ -287,8 +287,9 @@ def train_student(
                 )  # fmt: skip
             if stop:
                 console.print(
-                    f"early stop: no selection gain for {cfg.patience} epochs "
-                    f"(best epoch {best_epoch}, selection accuracy {best_acc:.4f})"
+                    f"early stop: {cfg.patience} epochs below the kept one beyond noise "
+                    f"(kept epoch {best_epoch}, selection accuracy "
+                    f"{history[best_epoch - 1]['selection_accuracy']:.4f})"
                 )
                 break
     governor.close()
@@ -299,8 +300,23 @@ def train_student(
         )
     unwrapped.load_state_dict(best_state)
     unwrapped.eval()
-    chosen = {"selection_accuracy": best_acc} if len(select) else {}
+    # The kept epoch's own score (best_acc is the highest seen, the rule's reference).
+    chosen = (
+        {"selection_accuracy": history[best_epoch - 1]["selection_accuracy"]} if len(select) else {}
+    )
     return {"best_epoch": best_epoch, "epochs_run": len(history), "history": history, **chosen}
+
+
+def keeps_later(acc: float, best: float, n: int) -> bool:
+    """Whether an epoch scoring `acc` on `n` selection rows replaces the kept one, the
+    best so far at `best`: unless it is worse by more than the standard error of
+    `best` (the one-standard-error rule, turned to favour more training). 500 rows at
+    0.88 measure ±√(0.88·0.12/500) = ±1.45 points: SST-2 runs swung 1.6 points on dev
+    between epochs whose selection scores differed by 0.2-1.0, so a smaller gap is
+    noise, and the later weights, trained longer and averaged, are the better bet."""
+    if best < 0:  # nothing kept yet
+        return True
+    return acc >= best - math.sqrt(best * (1.0 - best) / max(n, 1))
 
 
 def weight_average(model: torch.nn.Module, horizon: float | None, steps_per_epoch: int) -> Any:

@@ -4,7 +4,7 @@ curve and the weight average."""
 import pytest
 import torch
 
-from edgekd.distill.trainer import lr_factor, weight_average
+from edgekd.distill.trainer import keeps_later, lr_factor, weight_average
 
 
 def test_lr_factor_warms_up_then_decays_linearly_to_zero():
@@ -43,3 +43,13 @@ def test_weight_average_decay_scales_with_the_epoch_length():
                 model.weight.fill_(w)
             avg.update_parameters(model)
         assert avg.module.weight.item() == pytest.approx(1 - decay)
+
+
+def test_keeps_later_within_one_standard_error_of_the_best():
+    # 500 rows at 0.88: standard error √(0.88·0.12/500) = 0.01453.
+    assert keeps_later(0.8660, 0.88, 500)  # 1.40 points lower: within the noise
+    assert not keeps_later(0.8650, 0.88, 500)  # 1.50 points lower: beyond it
+    assert keeps_later(0.90, 0.88, 500)  # better: kept
+    assert keeps_later(0.0, -1.0, 500)  # nothing kept yet
+    # A perfect best has no noise: any drop is real.
+    assert not keeps_later(0.998, 1.0, 500)
