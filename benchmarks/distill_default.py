@@ -44,6 +44,15 @@ REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "runs" / "bench-default"
 
 
+def revision() -> str:
+    """The code a figure was measured with: the commit, `-dirty` with local changes."""
+    out = subprocess.run(
+        ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    return out.stdout.strip() or "unknown"
+
+
 def run(argv: list[str], env: dict[str, str]) -> dict[str, float]:
     """Run one command; its wall seconds and peak RSS (MB), from its own rusage."""
     start = time.perf_counter()
@@ -105,8 +114,10 @@ def one_run(task: str, teacher: Path, data: Path, seed: int, env: dict[str, str]
     from edgekd.stages.bundle import Bundle
 
     folder = RUNS / f"{task}-seed{seed}"
-    if (folder / "result.json").is_file():
-        return json.loads((folder / "result.json").read_text())
+    if (folder / "result.json").is_file():  # an interrupted benchmark: reuse finished runs
+        done = json.loads((folder / "result.json").read_text())
+        if done.get("revision") == revision() and not revision().endswith("-dirty"):
+            return done
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     cache = Path(tempfile.mkdtemp(prefix="edgekd-cold-"))
@@ -143,6 +154,7 @@ def one_run(task: str, teacher: Path, data: Path, seed: int, env: dict[str, str]
     result = {
         "task": task,
         "seed": seed,
+        "revision": revision(),
         "student": scores,
         "bundle_bytes": sum(f.stat().st_size for f in b.rglob("*") if f.is_file()),
         "selection_accuracy": metrics.get("selection_accuracy"),
@@ -206,6 +218,7 @@ def main() -> None:
         runs = [one_run(task, teacher, data, seed, env) for seed in args.seeds]
         med = statistics.median
         tasks[task] = {
+            "revision": revision(),
             "teacher": t_scores,
             "runs": runs,
             "median": {
@@ -223,16 +236,24 @@ def main() -> None:
                 "peak_rss_mb": med(r["phases"]["distill"]["peak_rss_mb"] for r in runs),
             },
         }
+    # Sections not measured in this run (other tasks, --no-growth, --no-load) keep their
+    # last measured values, each stamped with the revision that measured it.
+    previous_path = REPO / "benchmarks" / "results" / "distill_default.json"
+    previous = json.loads(previous_path.read_text()) if previous_path.is_file() else {}
     result: dict[str, Any] = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "tasks": tasks,
+        "tasks": {**previous.get("tasks", {}), **tasks},
     }
     if not args.no_growth:
-        result["growth"] = growth(shared, env)
+        result["growth"] = {"revision": revision(), "rows": growth(shared, env)}
+    elif "growth" in previous:
+        result["growth"] = previous["growth"]
     if not args.no_load:
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "labelling_load.py")], check=True)
         load = REPO / "benchmarks" / "results" / "labelling_load.json"
-        result["load"] = json.loads(load.read_text())
+        result["load"] = {"revision": revision(), **json.loads(load.read_text())}
+    elif "load" in previous:
+        result["load"] = previous["load"]
     write(result)
 
 
@@ -245,16 +266,17 @@ def write(result: dict[str, Any]) -> None:
         "",
         f"{result['machine']}; cold teacher-logit cache per run; medians over seeds.",
         "",
-        "| task | teacher acc | teacher MCC | bundle acc (int8) | MCC | retention | bundle "
-        "bytes | wall (distill+export+bundle) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| task | seeds | teacher acc | teacher MCC | bundle acc (int8) | MCC | retention | "
+        "bundle bytes | wall (distill+export+bundle) | revision |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for task, t in result["tasks"].items():
         m = t["median"]
         lines.append(
-            f"| {task} | {t['teacher']['accuracy']:.4f} | {t['teacher']['mcc']:.3f} | "
-            f"{m['accuracy']:.4f} | {m['mcc']:.3f} | {m['retention']:.1%} | "
-            f"{m['bundle_bytes']:,.0f} | {m['total_wall_s'] / 60:.1f} min |"
+            f"| {task} | {len(t['runs'])} | {t['teacher']['accuracy']:.4f} | "
+            f"{t['teacher']['mcc']:.3f} | {m['accuracy']:.4f} | {m['mcc']:.3f} | "
+            f"{m['retention']:.1%} | {m['bundle_bytes']:,.0f} | "
+            f"{m['total_wall_s'] / 60:.1f} min | {t.get('revision', '?')} |"
         )
     lines += ["", "| task | seed | bundle acc | selection acc (chose the epoch) | epochs | "
               "augmented rows | wall by phase (s) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -270,10 +292,11 @@ def write(result: dict[str, Any]) -> None:
                 f"{r['n_augmented']:,} | {phases} |"
             )
     if "growth" in result:
-        lines += ["", "Cost growth (4,000 SST-2 rows, tang over every row, one epoch):", "",
+        lines += ["", "Cost growth (4,000 SST-2 rows, tang over every row, one epoch; "
+                  f"revision {result['growth']['revision']}):", "",
                   "| augmentation | transfer rows | wall (s) | peak RSS (MB) |",
                   "|---|---|---|---|"]  # fmt: skip
-        for g in result["growth"]:
+        for g in result["growth"]["rows"]:
             lines.append(
                 f"| {g['augmentation']} | {g['transfer_rows']:,} | {g['wall_s']:.0f} | "
                 f"{g['peak_rss_mb']:.0f} |"
@@ -282,7 +305,8 @@ def write(result: dict[str, Any]) -> None:
         lines += [
             "",
             "Labelling and training quiet and under load: "
-            "benchmarks/results/labelling_load.md (run as part of this benchmark).",
+            "benchmarks/results/labelling_load.md (run as part of this benchmark; "
+            f"revision {result['load']['revision']}).",
         ]
     (out / "distill_default.md").write_text("\n".join(lines) + "\n")
 

@@ -172,7 +172,8 @@ class TeacherMetrics(Artifact):
     FILE: ClassVar[str] = "metrics.json"
     MADE_BY: ClassVar[str] = "edgekd teacher"
     kind: Literal["teacher"] = "teacher"
-    dev_accuracy: float
+    dev_accuracy: float = Field(..., description="Of the kept weights; dev chose nothing.")
+    selection_accuracy: float | None = Field(None, description="What chose the kept weights.")
 
 
 # ------------------------------------------------------------------ export

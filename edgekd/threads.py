@@ -74,6 +74,11 @@ class ThreadGovernor:
             self.current = nxt
             self.torch.set_num_threads(nxt)
 
+    def restart(self) -> None:
+        """Drop the window under way: the time since was spent on something other
+        than training steps (an evaluation), and would read as a slow thread count."""
+        self.start, self.rows = None, 0
+
     def close(self) -> None:
         """Give the process back all its cores (the next stage decides for itself)."""
         self.torch.set_num_threads(self.counts[0])

@@ -104,8 +104,11 @@ def finetune(
 ) -> dict[str, Any]:
     """Fine-tune `cfg.base` on `task` into `out_dir` (an HF folder); return metrics.
 
-    AdamW with linear warm-up and decay, dev accuracy every `eval_every` steps and at
-    each epoch's end, best weights kept. Runs under accelerate, one process by default.
+    AdamW with linear warm-up and decay. Every `eval_every` steps and at each epoch's
+    end the weights are scored on a selection split held out of the training rows
+    (`carve_selection`, as distill does), which alone picks the weights kept
+    (`keeps_later`); dev accuracy is recorded and reported, never read to choose.
+    Runs under accelerate, one process by default.
     With `checkpoint` (a folder beside the final output), every finished epoch is saved
     there and a matching one is resumed (`edgekd.distill.checkpoint`).
     """
@@ -149,7 +152,12 @@ def finetune(
     finally:
         hf_logging.set_verbosity(verbosity)
     accelerator = Accelerator()
-    texts, labels = task.train.texts, task.train.labels
+    from edgekd.data import carve_selection
+    from edgekd.distill.trainer import keeps_later
+    from edgekd.threads import ThreadGovernor
+
+    train, select, overlap = carve_selection(task.train, cfg.selection_rows, cfg.seed)
+    texts, labels = train.texts, train.labels
     steps_per_epoch = (len(texts) + cfg.batch_size - 1) // cfg.batch_size
     total_steps = max(1, int(steps_per_epoch * cfg.epochs))
     decay = [p for n, p in model.named_parameters() if not n.endswith(("bias", "LayerNorm.weight"))]
@@ -165,17 +173,19 @@ def finetune(
     model, optim = accelerator.prepare(model, optim)
     gen = torch.Generator().manual_seed(cfg.seed)
 
-    def dev_accuracy() -> float:
+    def accuracy(split: Any, name: str) -> float | None:
+        if not len(split):
+            return None
         model.eval()
         logits = teacher_logits(
             accelerator.unwrap_model(model),
             tokenizer,
-            task.dev.texts,
+            split.texts,
             max_length=cfg.max_length,
-            description="dev eval",
+            description=f"{name} eval",
         )
         model.train()
-        return float((logits.argmax(1) == np.array(task.dev.labels)).mean())
+        return float((logits.argmax(1) == np.array(split.labels)).mean())
 
     from edgekd.distill import checkpoint as ckpt
 
@@ -190,6 +200,7 @@ def finetune(
     best_state: dict[str, Any] = resume.best_state or {}
     step, start = resume.epoch * steps_per_epoch, time.perf_counter()
     epoch_start, epoch_loss, epoch_steps = start, 0.0, 0
+    governor = ThreadGovernor()  # all cores when quiet, one when another process is busy
     model.train()
     with progress_bar() as bar:
         job = bar.add_task("fine-tune teacher", total=total_steps, rate="")
@@ -213,16 +224,26 @@ def finetune(
                 sched.step()
                 optim.zero_grad()
                 step += 1
+                governor.step(len(idx))
                 epoch_loss, epoch_steps = epoch_loss + loss.item(), epoch_steps + 1
                 bar.update(job, advance=1, rate=f"loss {loss.item():.3f}")
                 # Dev accuracy every `eval_every` steps and at each epoch's end (the
                 # last, possibly partial, epoch ends at `total_steps`).
                 epoch_end = step % steps_per_epoch == 0 or step == total_steps
                 if step % cfg.eval_every == 0 or epoch_end:
-                    acc = dev_accuracy()
-                    history.append({"step": step, "dev_accuracy": acc})
-                    if acc > best:
-                        best, best_step = acc, step
+                    chosen_by, dev = accuracy(select, "selection"), accuracy(task.dev, "dev")
+                    governor.restart()  # the scoring is not training speed
+                    history.append(
+                        {
+                            "step": step,
+                            **({"selection_accuracy": chosen_by} if chosen_by is not None else {}),
+                            "dev_accuracy": dev,
+                        }
+                    )
+                    # No selection rows: every score keeps the latest weights.
+                    if chosen_by is None or keeps_later(chosen_by, best, len(select)):
+                        best = best if chosen_by is None else max(best, chosen_by)
+                        best_step = step
                         best_state = {
                             k: v.detach().clone()
                             for k, v in accelerator.unwrap_model(model).state_dict().items()
@@ -230,10 +251,13 @@ def finetune(
                 if epoch_end:
                     # One line per epoch: progress bars do not render in CI logs or files.
                     epochs_total = math.ceil(total_steps / steps_per_epoch)
+                    scored = (
+                        f"selection accuracy {chosen_by:.4f}, " if chosen_by is not None else ""
+                    )
                     console.print(
                         f"epoch {math.ceil(step / steps_per_epoch)}/{epochs_total}: train loss "
-                        f"{epoch_loss / epoch_steps:.4f}, dev accuracy {acc:.4f}, "
-                        f"{time.perf_counter() - epoch_start:.1f} s"
+                        f"{epoch_loss / epoch_steps:.4f}, {scored}dev accuracy {dev:.4f} "
+                        f"(reported, never used), {time.perf_counter() - epoch_start:.1f} s"
                     )
                     if checkpoint is not None and accelerator.is_main_process:
                         done = math.ceil(step / steps_per_epoch)
@@ -245,16 +269,22 @@ def finetune(
                     epoch_start, epoch_loss, epoch_steps = time.perf_counter(), 0.0, 0
                 if step >= total_steps:
                     break
+    governor.close()
     final = accelerator.unwrap_model(model)
     final.load_state_dict(best_state)
     final.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
+    kept = next(h for h in history if h["step"] == best_step)
     return {
-        "dev_accuracy": best,
+        # The kept weights' dev score: dev chose nothing, so it is an honest estimate.
+        "dev_accuracy": kept["dev_accuracy"],
+        **({"selection_accuracy": kept["selection_accuracy"]} if len(select) else {}),
         "best_step": best_step,
         "steps": total_steps,
         "history": history,
         "n_train": len(texts),
+        "n_selection": len(select),
+        "n_overlap_dropped": overlap,
         "n_dev": len(task.dev),
         "base": cfg.base,
         "seconds": round(time.perf_counter() - start, 1),

@@ -193,7 +193,9 @@ def train_student(
 
     # What a checkpoint holds beyond the student: trainable layer-loss projections and
     # MixKD's own generator; and what it must match: this config and these rows.
-    modules: dict[str, torch.nn.Module] = {"layer_loss": layer_loss} if layer_loss else {}
+    modules: dict[str, torch.nn.Module] = {}
+    if layer_loss is not None:
+        modules["layer_loss"] = layer_loss
     averaged = weight_average(accelerator.unwrap_model(model), cfg.ema, len(loader))
     if averaged is not None:
         modules["ema"] = averaged

@@ -146,6 +146,20 @@ def test_run_distill_with_tiny_budget_drops_augmentation_and_epochs(
     assert plan.epochs == 1 and m.epochs_run == 1 and "over budget" in plan.why
 
 
+def test_run_distill_plans_epochs_at_the_faster_of_its_two_probes(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # The first probe (before labelling) reads slow, as under a passing load; the
+    # second (after labelling) reads the steady rate: the epochs are planned at it.
+    from edgekd.stages import distill as stage
+
+    rates = iter([100.0, 1000.0])
+    monkeypatch.setattr(stage, "probe_train_rate", lambda *a, **k: next(rates))
+    m = stage.distill(_run(tiny_teacher, tiny_data, time_budget=30.0), tmp_path / "a")
+    assert m.time_plan is not None and m.time_plan.train_rows_per_s == 1000.0
+    assert next(rates, None) is None  # probed exactly twice
+
+
 def test_planned_fields_resume_an_interrupted_plan_only_for_the_same_config(tmp_path):
     from edgekd.distill.checkpoint import planned_fields
     from edgekd.io import atomic_dir, write_json
