@@ -251,7 +251,7 @@ def main() -> None:
     if not args.no_load:
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "labelling_load.py")], check=True)
         load = REPO / "benchmarks" / "results" / "labelling_load.json"
-        result["load"] = {"revision": revision(), **json.loads(load.read_text())}
+        result["load"] = {"revision": revision(), "rows": json.loads(load.read_text())}
     elif "load" in previous:
         result["load"] = previous["load"]
     write(result)

@@ -146,11 +146,11 @@ def test_run_distill_with_tiny_budget_drops_augmentation_and_epochs(
     assert plan.epochs == 1 and m.epochs_run == 1 and "over budget" in plan.why
 
 
-def test_run_distill_plans_epochs_at_the_faster_of_its_two_probes(
+def test_run_distill_plans_epochs_at_the_probe_taken_after_labelling(
     tiny_teacher, tiny_data, tmp_path, monkeypatch
 ):
-    # The first probe (before labelling) reads slow, as under a passing load; the
-    # second (after labelling) reads the steady rate: the epochs are planned at it.
+    # The first probe (before labelling) sizes the augmented rows; the second, taken
+    # just before training, plans the epochs: its rate is the one recorded.
     from edgekd.stages import distill as stage
 
     rates = iter([100.0, 1000.0])
