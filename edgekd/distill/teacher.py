@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from edgekd.config import DEFAULT_BASE, TeacherConfig
-from edgekd.data import TaskData, length_sorted_batches
+from edgekd.data import Split, TaskData, carve_selection, length_sorted_batches
 from edgekd.errors import EdgeKDError
 from edgekd.progress import console, progress_bar
 from edgekd.students import STUDENT_FILE
@@ -152,7 +152,6 @@ def finetune(
     finally:
         hf_logging.set_verbosity(verbosity)
     accelerator = Accelerator()
-    from edgekd.data import carve_selection
     from edgekd.distill.trainer import keeps_later
     from edgekd.threads import ThreadGovernor
 
@@ -173,7 +172,7 @@ def finetune(
     model, optim = accelerator.prepare(model, optim)
     gen = torch.Generator().manual_seed(cfg.seed)
 
-    def accuracy(split: Any, name: str) -> float | None:
+    def accuracy(split: Split, name: str) -> float | None:
         if not len(split):
             return None
         model.eval()
@@ -227,8 +226,8 @@ def finetune(
                 governor.step(len(idx))
                 epoch_loss, epoch_steps = epoch_loss + loss.item(), epoch_steps + 1
                 bar.update(job, advance=1, rate=f"loss {loss.item():.3f}")
-                # Dev accuracy every `eval_every` steps and at each epoch's end (the
-                # last, possibly partial, epoch ends at `total_steps`).
+                # Scored every `eval_every` steps and at each epoch's end (the last,
+                # possibly partial, epoch ends at `total_steps`).
                 epoch_end = step % steps_per_epoch == 0 or step == total_steps
                 if step % cfg.eval_every == 0 or epoch_end:
                     chosen_by, dev = accuracy(select, "selection"), accuracy(task.dev, "dev")
