@@ -244,7 +244,10 @@ class DistillConfig(StrictModel):
         "this many epochs (0.25: the last quarter epoch counts most). null: the raw weights.",
     )
     patience: int = Field(
-        3, ge=1, description="Epochs without selection gain before stopping early (epochs)."
+        3,
+        ge=1,
+        description="Epochs scoring below the kept one beyond the selection split's noise "
+        "before stopping early.",
     )
     selection_rows: int = Field(
         500,

@@ -132,10 +132,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
             plan = AugmentedPlan(limit=cfg.augment.max_rows)
             clock = None
         else:
-            with torch.random.fork_rng():  # the probe's dropout draws leave no trace
-                train_rate = probe_train_rate(
-                    cfg, student, tok, train.texts + extra, task.num_labels
-                )
+            train_rate = probe_train_rate(cfg, student, tok, train.texts + extra, task.num_labels)
             room = augmented_room(clock, len(train), train_rate, min(MIN_EPOCHS, cfg.epochs))
             plan = AugmentedPlan(limit=cfg.augment.max_rows, room=room)
 
@@ -162,8 +159,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         # A second probe, now that labelling is done, on the rows kept: the epochs are
         # planned at the rate measured just before they run (the first probe, taken
         # before labelling, read 804 rows/s where the epochs then ran at 1,022).
-        with torch.random.fork_rng():
-            train_rate = probe_train_rate(cfg, student, tok, train.texts + extra, task.num_labels)
+        train_rate = probe_train_rate(cfg, student, tok, train.texts + extra, task.num_labels)
         time_plan = make_plan(
             clock, cfg, train_rate, runtime.get("rows_per_s"), len(train), candidates, kept
         )
