@@ -160,9 +160,15 @@ def main() -> None:
     if args.size_variants:
         base = students["BiLSTM (word)"]
         small = {
-            "embedding_dim 64": ensure_student(
-                WORK / "bilstm-dim64",
-                {"student": {"name": "bilstm", "options": {"embedding_dim": 64}}},
+            # The default is 64-d: the comparison is Tang et al.'s plain 300-d table.
+            "embedding_dim 300": ensure_student(
+                WORK / "bilstm-dim300",
+                {
+                    "student": {
+                        "name": "bilstm",
+                        "options": {"embedding_dim": 300, "embedding_rank": None},
+                    }
+                },
                 args.shared,
                 None,
             ),

@@ -131,6 +131,9 @@ class TimePlan(Nested):
     epochs: int  # planned passes over the transfer set
     planned_s: float  # estimated wall time of the whole run (seconds)
     why: str  # one line: what bound the choice
+    # Epochs run when the check after each epoch found the next would not fit (the
+    # epochs ran slower than the probe read); None: the plan held.
+    cut_after: int | None = None
 
 
 class DistillMetrics(Artifact):

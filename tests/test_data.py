@@ -184,6 +184,22 @@ def test_bucketed_batches_cover_every_row_once_with_little_padding():
     assert batches != bucketed_batches(lengths, 10, random.Random(2), pool=20)
 
 
+def test_bucketed_batches_by_default_group_rows_of_one_length_in_new_orders():
+    import random
+
+    from edgekd.data import bucketed_batches
+
+    rng = random.Random(0)
+    lengths = [rng.randint(1, 5) for _ in range(1000)]  # ~200 rows per length
+    batches = bucketed_batches(lengths, 10, random.Random(1))
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    mixed = [b for b in batches if len({lengths[i] for i in b}) > 1]
+    assert len(mixed) <= 4  # only where one length's rows run out: 5 lengths, ≤ 4 seams
+    # Same lengths, new company: which rows share a batch changes with the seed.
+    other = bucketed_batches(lengths, 10, random.Random(2))
+    assert {frozenset(b) for b in batches} != {frozenset(b) for b in other}
+
+
 def test_numeric_labels_normalise_to_one_class_per_value(tmp_path: Path):
     # 1, 1.0, "1" and " 1 " are one class; 0 and 0.0 another: binary data stays binary.
     rows = [

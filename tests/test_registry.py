@@ -31,7 +31,7 @@ def test_options_are_validated_by_the_components_config_model():
     from edgekd.registry import STUDENTS, Component
 
     opts = STUDENTS.options(Component(name="bilstm", options={"hidden_size": 8}), "student")
-    assert opts.hidden_size == 8 and opts.embedding_dim == 300  # the model's defaults
+    assert opts.hidden_size == 8 and opts.embedding_dim == 64  # the model's defaults
     with pytest.raises(EdgeKDError, match=r"has no option 'hiden'; valid: vocab, embedding_dim"):
         STUDENTS.options(Component(name="bilstm", options={"hiden": 8}), "student")
     with pytest.raises(EdgeKDError, match=r"option 'hidden_size': .*; fix student.options"):

@@ -13,6 +13,7 @@ import copy
 import math
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +91,15 @@ def train_student(
     dev_logits: np.ndarray,
     extras: Extras | None = None,
     checkpoint: Path | None = None,
+    seconds_left: Callable[[], float] | None = None,
 ) -> dict[str, Any]:
     """Fit `model` in place to `train_logits`; keep the epoch that scores best on
     `select` (or the last one when `select` is empty). `dev` is only recorded.
+
+    `seconds_left` (a time budget): after each epoch, training stops when another
+    epoch, as long as the last one took, would end past it (`cut_for_time`: the
+    epochs run). The plan's rate comes from a few seconds of probe steps; this check
+    holds the budget when the epochs run slower than the probe read.
 
     Rows of `train` labelled NO_LABEL (augmented text) get the distillation term only.
     With `checkpoint`, each finished epoch is saved there and a matching checkpoint
@@ -158,7 +165,9 @@ def train_student(
         list(layer_loss.parameters()) if layer_loss is not None else []
     )
     lr = cfg.lr or model.default_lr
-    optim = torch.optim.Adam(trainable, lr=lr, weight_decay=cfg.weight_decay)
+    # The fused kernel updates every tensor in one pass: ~3 ms less per BiLSTM step on
+    # 2 cores than the per-tensor loop torch uses on CPU by default.
+    optim = torch.optim.Adam(trainable, lr=lr, weight_decay=cfg.weight_decay, fused=True)
     model, optim, loader = accelerator.prepare(model, optim, loader)
     if teacher is not None:
         teacher.to(accelerator.device).eval()
@@ -218,6 +227,7 @@ def train_student(
     total_steps = cfg.epochs * len(loader)
     warmup_steps = int(cfg.warmup_ratio * total_steps)
     governor = ThreadGovernor()  # all cores when quiet, one when another process is busy
+    cut_for_time: int | None = None
     with progress_bar() as bar:
         job = bar.add_task("distill", total=cfg.epochs * len(loader), rate="")
         bar.update(job, advance=resume.epoch * len(loader))
@@ -287,6 +297,15 @@ def train_student(
                     checkpoint, match, accelerator.unwrap_model(model), optim, done, modules,
                     generators,
                 )  # fmt: skip
+            if not stop and seconds_left is not None and epoch < cfg.epochs:
+                took, left = time.perf_counter() - epoch_start, seconds_left()
+                if took > left:
+                    cut_for_time = epoch
+                    console.print(
+                        f"time budget: epoch {epoch + 1} would take ~{took:.0f} s of the "
+                        f"{max(left, 0):.0f} s left; stopping after epoch {epoch}"
+                    )
+                    break
             if stop:
                 console.print(
                     f"early stop: {cfg.patience} epochs below the kept one beyond noise "
@@ -306,7 +325,13 @@ def train_student(
     chosen = (
         {"selection_accuracy": history[best_epoch - 1]["selection_accuracy"]} if len(select) else {}
     )
-    return {"best_epoch": best_epoch, "epochs_run": len(history), "history": history, **chosen}
+    return {
+        "best_epoch": best_epoch,
+        "epochs_run": len(history),
+        "history": history,
+        "cut_for_time": cut_for_time,
+        **chosen,
+    }
 
 
 def keeps_later(acc: float, best: float, n: int) -> bool:

@@ -25,6 +25,7 @@ from edgekd.distill.losses import NO_LABEL
 from edgekd.distill.teacher import load_teacher, teacher_label_names
 from edgekd.distill.timebudget import (
     MIN_EPOCHS,
+    RESERVE_S,
     Clock,
     augmented_room,
     describe,
@@ -190,8 +191,14 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         dev_logits,
         extras,
         checkpoint,
+        seconds_left=None if clock is None else lambda: clock.left() - RESERVE_S,
     )
     seconds["train"] = time.perf_counter() - t
+    cut = fit.pop("cut_for_time")
+    if cut is not None and time_plan is not None:
+        # The epochs actually run are the choice: the resolved config reruns to them.
+        time_plan = time_plan.model_copy(update={"cut_after": cut})
+        cfg = cfg.model_copy(update={"epochs": cut})
 
     t = time.perf_counter()
     pred = predict_logits(student, tok, tok.ids(task.dev.texts)).argmax(1)

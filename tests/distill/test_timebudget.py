@@ -160,6 +160,25 @@ def test_run_distill_plans_epochs_at_the_probe_taken_after_labelling(
     assert next(rates, None) is None  # probed exactly twice
 
 
+def test_run_distill_stops_after_an_epoch_when_the_next_would_overrun(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # The probe reads fast (every epoch planned), the epochs then run slower than it
+    # said: the check after epoch 1 finds no time for epoch 2 and ends the run there.
+    from edgekd.stages import distill as stage
+
+    monkeypatch.setattr(stage, "probe_train_rate", lambda *a, **k: 1e9)
+    monkeypatch.setattr(stage, "RESERVE_S", 30 * 60.0)  # training's share: none left
+    m = stage.distill(_run(tiny_teacher, tiny_data, time_budget=30.0), tmp_path / "a")
+    assert m.time_plan is not None and m.time_plan.epochs == 3
+    assert m.time_plan.cut_after == 1 and m.epochs_run == 1 and m.best_epoch == 1
+    resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert resolved["epochs"] == 1  # the epochs run, so a rerun gives this student
+    stage.distill(DistillConfig(**resolved), tmp_path / "b")
+    a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in "ab")
+    assert all((a[k] == b[k]).all() for k in a)
+
+
 def test_planned_fields_resume_an_interrupted_plan_only_for_the_same_config(tmp_path):
     from edgekd.distill.checkpoint import planned_fields
     from edgekd.io import atomic_dir, write_json

@@ -204,9 +204,11 @@ def test_run_distill_ensemble_averages_teachers(tiny_teacher, tiny_data, tmp_pat
     seen = {}
     real = stage.train_student
 
-    def spy(cfg, model, tok, train, train_logits, select, dev_split, dev_logits, *rest):
+    def spy(cfg, model, tok, train, train_logits, select, dev_split, dev_logits, *rest, **kw):
         seen["dev"] = dev_logits
-        return real(cfg, model, tok, train, train_logits, select, dev_split, dev_logits, *rest)
+        return real(
+            cfg, model, tok, train, train_logits, select, dev_split, dev_logits, *rest, **kw
+        )
 
     monkeypatch.setattr(stage, "train_student", spy)
     m = run_distill(cfg(tiny_teacher, tiny_data, extra_teachers=[str(other)]), tmp_path / "s")
