@@ -151,6 +151,7 @@ class DistillMetrics(Artifact):
     n_dev: int
     labels: list[str]
     time_plan: TimePlan | None = None
+    processes: int = 1  # training processes (`accelerate launch --num_processes`)
 
 
 class LabelerCalibration(Artifact):

@@ -445,10 +445,13 @@ def distill(
     from edgekd.stages.distill import distill as run_distill
 
     m = run_distill(cfg, out, overwrite)
-    typer.echo(
-        f"student: accuracy {m.student_accuracy:.4f} (teacher {m.teacher_accuracy:.4f}, "
-        f"agreement {m.agreement:.4f}, {m.params:,} params) → {out}"
-    )
+    from edgekd.progress import main_process
+
+    if main_process():  # one result line, however many processes trained
+        typer.echo(
+            f"student: accuracy {m.student_accuracy:.4f} (teacher {m.teacher_accuracy:.4f}, "
+            f"agreement {m.agreement:.4f}, {m.params:,} params) → {out}"
+        )
 
 
 @app.command("eval")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
@@ -24,7 +25,15 @@ T = TypeVar("T")
 # Progress goes to stderr so `--json -` style stdout stays machine-readable.
 # soft_wrap: a long status line stays one line in a log (rich would otherwise break it
 # at 80 columns when stderr is no terminal, and `grep '^epoch'` would miss its end).
-console = Console(stderr=True, soft_wrap=True)
+
+
+def main_process() -> bool:
+    """False in the other processes `accelerate launch` or `torchrun` started (RANK >
+    0): they run the same epochs in step, and would print every line once more."""
+    return int(os.environ.get("RANK") or 0) == 0
+
+
+console = Console(stderr=True, soft_wrap=True, quiet=not main_process())
 
 
 class SpeedColumn(ProgressColumn):

@@ -151,8 +151,9 @@ def finetune(
         ) from None
     finally:
         hf_logging.set_verbosity(verbosity)
-    accelerator = Accelerator()
-    from edgekd.distill.trainer import keeps_later
+    from edgekd.distill.trainer import keeps_later, on_cpu_only
+
+    accelerator = Accelerator(cpu=on_cpu_only())
     from edgekd.threads import ThreadGovernor
 
     train, select, overlap = carve_selection(task.train, cfg.selection_rows, cfg.seed)

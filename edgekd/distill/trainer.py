@@ -1,10 +1,13 @@
 """`edgekd distill`: teacher logits (cached) → student trained to match them.
 
 The loop runs under Hugging Face accelerate, one process by default, so
-`accelerate launch --num_processes 2 -m edgekd distill ...` scales it out with
-no change here. Accuracy on the selection split (held out of the training rows,
-`edgekd.data.carve_selection`) picks the epoch (`keeps_later`) and stops early (`patience`);
-dev accuracy is recorded each epoch and never read to decide anything.
+`accelerate launch --multi_gpu --num_processes 2 -m edgekd distill ...` scales it
+out (on a machine without a GPU the processes meet over gloo: `on_cpu_only`); the
+main process labels, and every choice made from a clock is the main's (`main_choice`).
+
+Accuracy on the selection split (held out of the training rows,
+`edgekd.data.carve_selection`) picks the epoch (`keeps_later`) and stops early
+(`patience`); dev accuracy is recorded each epoch and never read to decide anything.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -114,7 +117,7 @@ def train_student(
     extras = extras or Extras()
     set_seed(cfg.seed)
     loss_fn = build_loss(cfg)
-    accelerator = Accelerator()
+    accelerator = Accelerator(cpu=on_cpu_only())
     train_ids = tok.ids(train.texts)
     dev_ids = tok.ids(dev.texts)
     select_ids = tok.ids(select.texts)
@@ -221,12 +224,14 @@ def train_student(
         resume.best_state,
         resume.history,
     )
-    from edgekd.threads import ThreadGovernor
+    from edgekd.threads import ThreadGovernor, available_cores
 
     # The schedule spans every planned epoch; an early stop simply ends it sooner.
     total_steps = cfg.epochs * len(loader)
     warmup_steps = int(cfg.warmup_ratio * total_steps)
-    governor = ThreadGovernor()  # all cores when quiet, one when another process is busy
+    # All of its cores when quiet (its share under `accelerate launch`: processes
+    # splitting 2 cores get one each), one when another process is busy.
+    governor = ThreadGovernor(max(1, available_cores() // accelerator.num_processes))
     cut_for_time: int | None = None
     with progress_bar() as bar:
         job = bar.add_task("distill", total=cfg.epochs * len(loader), rate="")
@@ -299,7 +304,7 @@ def train_student(
                 )  # fmt: skip
             if not stop and seconds_left is not None and epoch < cfg.epochs:
                 took, left = time.perf_counter() - epoch_start, seconds_left()
-                if took > left:
+                if main_choice(took > left):  # every process stops at the same epoch
                     cut_for_time = epoch
                     console.print(
                         f"time budget: epoch {epoch + 1} would take ~{took:.0f} s of the "
@@ -330,8 +335,30 @@ def train_student(
         "epochs_run": len(history),
         "history": history,
         "cut_for_time": cut_for_time,
+        "processes": accelerator.num_processes,
         **chosen,
     }
+
+
+T = TypeVar("T")
+
+
+def on_cpu_only() -> bool:
+    """Whether this machine has no CUDA device. accelerate then needs `cpu=True` to
+    join the processes `accelerate launch` or `torchrun` start (over gloo, its
+    MULTI_CPU); without it each process trains alone on the whole set."""
+    return not torch.cuda.is_available()
+
+
+def main_choice(value: T) -> T:
+    """The main process's `value`, on every process (under `accelerate launch`; alone,
+    `value` itself). For choices made from clocks and measured rates, which differ
+    between processes: the transfer set's size, the epochs, when to stop. Processes
+    that chose differently would train on different rows and wait forever on each
+    other's gradients."""
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([value], from_process=0)[0]  # type: ignore[no-any-return]
 
 
 def keeps_later(acc: float, best: float, n: int) -> bool:

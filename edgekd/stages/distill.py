@@ -33,7 +33,13 @@ from edgekd.distill.timebudget import (
     planned_config,
     probe_train_rate,
 )
-from edgekd.distill.trainer import build_extras, preflight, train_student
+from edgekd.distill.trainer import (
+    build_extras,
+    main_choice,
+    on_cpu_only,
+    preflight,
+    train_student,
+)
 from edgekd.errors import EdgeKDError
 from edgekd.exporters.teacher import OnnxLabelers
 from edgekd.io import atomic_dir, check_output
@@ -105,7 +111,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
 
     from accelerate import PartialState
 
-    state = PartialState()
+    state = PartialState(cpu=on_cpu_only())
     t = time.perf_counter()
     extra, sources = augmented_texts(cfg, train.texts, teacher_tok)
     seconds["augment"] = time.perf_counter() - t
@@ -144,16 +150,22 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         splits["selection"] = select.texts
     if extra:
         splits["augmented"] = extra
-    # Under `accelerate launch`, the main process labels first and writes the cache; the
-    # others then read it instead of running the teacher again.
-    with state.main_process_first():
+    # Under `accelerate launch`, the main process labels and writes the cache; the others
+    # then read back as many augmented rows as it kept (its clock decides, not theirs),
+    # so every process trains on one transfer set.
+    if state.is_main_process:
         logits, hits, runtime = teacher_labels(
             cfg, splits, teacher, teacher_tok, task.label_names, OnnxLabelers, plan
         )
+    kept = main_choice(len(logits["augmented"]) if state.is_main_process and extra else 0)
+    if not state.is_main_process:
+        logits, hits, runtime = teacher_labels(
+            cfg, splits, teacher, teacher_tok, task.label_names, OnnxLabelers,
+            AugmentedPlan(limit=kept),
+        )  # fmt: skip
     dev_logits = logits["dev"]
     seconds["teacher_logits"] = time.perf_counter() - t
     candidates = len(extra)
-    kept = len(logits["augmented"]) if extra else 0
     extra, sources = extra[:kept], sources[:kept]
     time_plan = None
     if clock is not None and train_rate is not None:
@@ -161,8 +173,10 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         # planned at the rate measured just before they run (the first probe, taken
         # before labelling, read 804 rows/s where the epochs then ran at 1,022).
         train_rate = probe_train_rate(cfg, student, tok, train.texts + extra, task.num_labels)
-        time_plan = make_plan(
-            clock, cfg, train_rate, runtime.get("rows_per_s"), len(train), candidates, kept
+        time_plan = main_choice(
+            make_plan(
+                clock, cfg, train_rate, runtime.get("rows_per_s"), len(train), candidates, kept
+            )
         )
         cfg = planned_config(cfg, time_plan)
         console.print(describe(time_plan))

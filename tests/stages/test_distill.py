@@ -359,3 +359,36 @@ def test_train_student_keeps_the_averaged_weights_when_ema_is_set(
     # Same seed, same steps: only the kept weights differ (the average lags the steps).
     assert a.keys() == b.keys() and any((a[k] != b[k]).any() for k in a)
     assert raw["history"][0]["train_loss"] == ema["history"][0]["train_loss"]
+
+
+def test_distill_under_accelerate_launch_trains_one_student_on_two_processes(
+    tiny_teacher, tiny_data, tmp_path
+):
+    # Two CPU processes (torch.distributed over gloo), the user's spelling: the main
+    # process labels, the other reads its cache; the time budget's choices (rows kept,
+    # epochs, an early cut) are the main's on both, or they would deadlock or diverge.
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a free port for the processes to meet on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "s"
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
+    launch += ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
+    launch += ["--dynamo_backend", "no", "--main_process_port", str(port)]
+    distill = ["-m", "edgekd", "distill", "--student", "bilstm", "--teacher", str(tiny_teacher)]
+    distill += ["--data", str(tiny_data), "--out", str(out), "--epochs", "2"]
+    for key, value in {
+        **{f"student.options.{k}": v for k, v in SMALL.items()},
+        "batch_size": 16,
+    }.items():
+        distill += ["-s", f"{key}={value}"]
+    done = subprocess.run(launch + distill, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["processes"] == 2 and metrics["time_plan"] is not None
+    assert metrics["n_augmented"] > 0  # the default augmentation, labelled once
+    assert 1 <= metrics["epochs_run"] <= 2 and (out / "model.safetensors").is_file()
+    assert not list(tmp_path.glob(".*"))  # no checkpoint or temp folder left behind
