@@ -11,6 +11,8 @@ side in one run; each is the median of `--repeats` timed windows.
 - training: the BiLSTM student's optimiser steps on SST-2 rows (length-bucketed) at
   batch 50 and 256: 2 threads (what 0.3 ran), 2 threads with a short libgomp spin,
   1 thread, and edgekd's `ThreadGovernor` (measures both counts, runs the faster).
+  And the default student's step now against before (300-d embeddings from a rank-64
+  table, per-tensor Adam, length pools of 50 batches), governed, at batch 50.
 - under load: the same while another process keeps both cores busy (a 2-thread
   PyTorch matmul loop); the ratio loaded/quiet says whether edgekd slows down in
   proportion (≥ 1/3 is the bar; a fair share of 2 cores is 1/2).
@@ -100,9 +102,12 @@ def worker_train(args: argparse.Namespace) -> dict:
     tok = build_word_tokenizer(texts, 50_000, 1, True, 64)
     ids = tok.ids(texts)
     torch.manual_seed(0)
-    model = BiLSTMStudent(BiLSTMConfig(embedding_rank=64), tok.vocab_size, 2)
-    optim = torch.optim.Adam(model.parameters(), lr=1e-3)
-    batches = bucketed_batches([tok.length(x) for x in ids], args.batch, random.Random(0))
+    before = args.student == "before"
+    config = BiLSTMConfig(embedding_dim=300, embedding_rank=64) if before else BiLSTMConfig()
+    model = BiLSTMStudent(config, tok.vocab_size, 2)
+    optim = torch.optim.Adam(model.parameters(), lr=1e-3, fused=not before)
+    lengths = [tok.length(x) for x in ids]
+    batches = bucketed_batches(lengths, args.batch, random.Random(0), pool=50 if before else None)
     target = torch.randn(len(texts), 2)
 
     def window(seconds: float) -> float:
@@ -161,6 +166,7 @@ def main() -> None:
     p.add_argument("--runtime", default="torch")
     p.add_argument("--batch", type=int, default=50)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--student", choices=["now", "before"], default="now")
     args = p.parse_args()
     if args.worker:
         fn = worker_label if args.worker == "label" else worker_train
@@ -183,8 +189,15 @@ def main() -> None:
                 extra = ["--worker", "train", "--batch", str(batch), "--threads", str(threads)]
                 r = measure(args, extra, env, loaded)
                 setting = {"spin": spin, "threads": threads, "batch": batch, "loaded": loaded}
-                rows.append({"what": "train", **setting, **r})
+                rows.append({"what": "train", "student": "now", **setting, **r})
                 print(rows[-1], flush=True)
+    for loaded in (False, True):  # the student's step before this release, governed
+        env = {**base, "GOMP_SPINCOUNT": LIBGOMP_DEFAULT}
+        extra = ["--worker", "train", "--threads", "0", "--student", "before"]
+        r = measure(args, extra, env, loaded)
+        setting = {"spin": LIBGOMP_DEFAULT, "threads": 0, "batch": 50, "loaded": loaded}
+        rows.append({"what": "train", "student": "before", **setting, **r})
+        print(rows[-1], flush=True)
     write(rows, args)
 
 
@@ -215,14 +228,14 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
         )
     lines += [
         "",
-        "| training (BiLSTM, rank-64 embeddings) | batch | rows/s quiet | rows/s loaded "
-        "| loaded/quiet |",
+        "| training (the default BiLSTM) | batch | rows/s quiet | rows/s loaded | loaded/quiet |",
         "|---|---|---|---|---|",
     ]
     for setting in sorted({(r["spin"], r["threads"]) for r in rows if r["what"] == "train"}):
         spin, threads = setting
         for batch in (50, 256):
-            kw = {"what": "train", "spin": spin, "threads": threads, "batch": batch}
+            kw = {"what": "train", "student": "now", "spin": spin, "threads": threads}
+            kw["batch"] = batch
             q = get(**kw, loaded=False)["rows_per_s"]
             ld = get(**kw, loaded=True)["rows_per_s"]
             name = (
@@ -231,6 +244,24 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
                 else f"{threads} thread{'s' * (threads > 1)}, GOMP_SPINCOUNT {spin}"
             )
             lines.append(f"| {name} | {batch} | {q:.0f} | {ld:.0f} | {ld / q:.2f} |")
+    now = {s: get(what="train", student="now", threads=0, batch=50, loaded=s) for s in (0, 1)}
+    old = {s: get(what="train", student="before", loaded=s) for s in (0, 1)}
+    lines += [
+        "",
+        "| training step, governed, batch 50 | rows/s quiet | rows/s loaded | loaded/quiet |",
+        "|---|---|---|---|",
+        *(
+            f"| {name} | {r[0]['rows_per_s']:.0f} | {r[1]['rows_per_s']:.0f} | "
+            f"{r[1]['rows_per_s'] / r[0]['rows_per_s']:.2f} |"
+            for name, r in (
+                ("before: 300-d from a rank-64 table, per-tensor Adam, pools of 50", old),
+                ("now: 64-d table, fused Adam, one length-sorted pool", now),
+            )
+        ),
+        "",
+        f"Now / before, quiet: {now[0]['rows_per_s'] / old[0]['rows_per_s']:.2f}×; "
+        f"loaded: {now[1]['rows_per_s'] / old[1]['rows_per_s']:.2f}×.",
+    ]
     out = REPO / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "labelling_load.json").write_text(json.dumps(rows, indent=2) + "\n")

@@ -1,11 +1,12 @@
 """One process or two: `edgekd distill` alone, then under `accelerate launch
 --num_processes 2`, on the same SST-2 rows, seeds and cached teacher logits.
 
-One command: `python benchmarks/processes_sst2.py` (needs ../shared). The teacher
-labels once (a warm-up run), so both timed runs read the same cached logits and differ
-only in how training is spread: one process on every core, or two processes (torch
-distributed over gloo) each on its share, each step's rows split between them. No time
-budget and a fixed epoch count, so both runs do the same work. Reported per seed: dev
+One command: `python benchmarks/processes_sst2.py` (needs ../shared). The one-process
+run labels and caches the teacher's logits; the two-process run reads them, so the runs
+differ only in how training is spread: one process on every core, or two processes
+(torch distributed over gloo) each on its share, each step's rows split between them
+(`edgekd.distill.trainer.split_between`). No augmentation, no time budget and a fixed
+epoch count, so both runs do the same work; training seconds are compared. Reported per seed: dev
 accuracy of each, their difference (the aim: within ±0.3 points) and the training
 seconds of each. Writes benchmarks/results/processes_sst2.{json,md}.
 """

@@ -118,6 +118,7 @@ def train_student(
     set_seed(cfg.seed)
     loss_fn = build_loss(cfg)
     accelerator = Accelerator(cpu=on_cpu_only())
+    processes = accelerator.num_processes
     train_ids = tok.ids(train.texts)
     dev_ids = tok.ids(dev.texts)
     select_ids = tok.ids(select.texts)
@@ -156,7 +157,7 @@ def train_student(
         # the packed LSTM and the online teacher, same batches on every process.
         lengths = [tok.length(train_ids[int(r)]) for r in slots]
         rng = random.Random(cfg.seed * 100_003 + epoch)
-        return bucketed_batches(lengths, cfg.batch_size, rng)
+        return split_between(bucketed_batches(lengths, cfg.batch_size, rng), processes)
 
     # The dataset is the epoch's list of batches, refilled in place before each epoch
     # (its length never changes); accelerate shards it across processes.
@@ -341,6 +342,27 @@ def train_student(
 
 
 T = TypeVar("T")
+
+
+def split_between(batches: list[list[int]], processes: int) -> list[list[int]]:
+    """Each batch cut into `processes` parts, in order: accelerate hands the k-th list
+    item to process k mod `processes`, so each step's `batch_size` rows are shared out
+    and the gradients averaged over them. The steps, the batch and the learning rate
+    stay those of one process (the same student within noise), not a batch
+    `processes`× larger in fewer steps: that trained 3 points lower after one SST-2
+    epoch (0.8154 vs 0.8452 dev). A batch smaller than `processes` goes whole to each
+    (identical gradients average to themselves)."""
+    if processes == 1:
+        return batches
+    return [
+        part
+        for batch in batches
+        for part in (
+            [batch[i::processes] for i in range(processes)]
+            if len(batch) >= processes
+            else [batch] * processes
+        )
+    ]
 
 
 def on_cpu_only() -> bool:

@@ -53,3 +53,14 @@ def test_keeps_later_within_one_standard_error_of_the_best():
     assert keeps_later(0.0, -1.0, 500)  # nothing kept yet
     # A perfect best has no noise: any drop is real.
     assert not keeps_later(0.998, 1.0, 500)
+
+
+def test_split_between_shares_each_batch_out_in_step_order():
+    from edgekd.distill.trainer import split_between
+
+    batches = [[0, 1, 2, 3, 4], [5, 6, 7], [8]]
+    assert split_between(batches, 1) is batches
+    # accelerate gives list item k to process k mod 2: process 0 reads the even items.
+    parts = split_between(batches, 2)
+    assert parts == [[0, 2, 4], [1, 3], [5, 7], [6], [8], [8]]
+    assert parts[0::2] == [[0, 2, 4], [5, 7], [8]] and parts[1::2] == [[1, 3], [6], [8]]
