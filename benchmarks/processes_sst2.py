@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -82,6 +83,9 @@ def main() -> None:
             out = args.work / f"s{seed}-p{processes}"
             if (out / "metrics.json").is_file():  # a finished run of this command
                 out.rename(out.with_name(out.name + f"-old{time.time_ns()}"))
+            stale = out.with_name(f".{out.name}.resume")  # an interrupted run's: start fresh
+            if stale.is_dir():
+                shutil.rmtree(stale)
             cmd = launch_args(processes) + distill_args(args, out, seed)
             row[f"p{processes}"] = run(cmd, env, out)
         row["difference"] = round(row["p2"]["dev_accuracy"] - row["p1"]["dev_accuracy"], 4)

@@ -63,16 +63,19 @@ def test_governor_on_one_core_never_switches(monkeypatch):
 
 
 def test_bilstm_training_is_bit_identical_on_one_and_two_threads():
+    # On batches of one length each, as the trainer's are (`bucketed_batches`), with
+    # its fused Adam: the governor may switch threads mid-run and the seed still gives
+    # one student. (Mixed-length batches take a packed path that does not: ~5e-7 apart.)
     from edgekd.students.bilstm import BiLSTMConfig, BiLSTMStudent
 
     def train(threads):
         torch.set_num_threads(threads)
         torch.manual_seed(0)
-        model = BiLSTMStudent(BiLSTMConfig(embedding_rank=16, hidden_size=32), 500, 3)
-        optim = torch.optim.Adam(model.parameters(), 1e-3)
+        model = BiLSTMStudent(BiLSTMConfig(hidden_size=32), 500, 3)
+        optim = torch.optim.Adam(model.parameters(), 1e-3, fused=True)
         gen = torch.Generator().manual_seed(1)
-        for _ in range(5):
-            ids = torch.randint(1, 500, (16, 12), generator=gen)
+        for length in (12, 3, 1, 7, 20):
+            ids = torch.randint(1, 500, (16, length), generator=gen)
             loss = (model(ids, torch.ones_like(ids)) ** 2).mean()
             loss.backward()
             optim.step()
