@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -71,7 +72,11 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    p.add_argument("--render", action="store_true", help="rewrite the .md from the .json")
     args = p.parse_args()
+    if args.render:
+        render(json.loads((args.out / "processes_sst2.json").read_text()), args.out)
+        return
     if not (args.shared / "data" / "sst2" / "train.tsv").is_file():
         sys.exit(f"{args.shared} has no data/sst2: pass --shared")
     args.work.mkdir(parents=True, exist_ok=True)
@@ -95,8 +100,13 @@ def main() -> None:
     result = {"epochs": args.epochs, "revision": revision(), "runs": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "processes_sst2.json").write_text(json.dumps(result, indent=2) + "\n")
+    render(result, args.out)
+
+
+def render(result: dict, out: Path) -> None:
+    rows = result["runs"]
     md = [
-        f"# One process or two: distill on SST-2, {args.epochs} epochs, no augmentation",
+        f"# One process or two: distill on SST-2, {result['epochs']} epochs, no augmentation",
         "",
         "Same rows, seed and cached teacher logits; x86_64, 2 cores (one each for two).",
         "",
@@ -109,8 +119,13 @@ def main() -> None:
             f"| {r['seed']} | {r['p1']['dev_accuracy']:.4f} | {r['p2']['dev_accuracy']:.4f} | "
             f"{r['difference']:+.4f} | {r['p1']['train_s']:.0f} | {r['p2']['train_s']:.0f} |"
         )
+    median = statistics.median
+    acc1 = median(r["p1"]["dev_accuracy"] for r in rows)
+    acc2 = median(r["p2"]["dev_accuracy"] for r in rows)
+    t1, t2 = median(r["p1"]["train_s"] for r in rows), median(r["p2"]["train_s"] for r in rows)
+    md.append(f"| median | {acc1:.4f} | {acc2:.4f} | {acc2 - acc1:+.4f} | {t1:.0f} | {t2:.0f} |")
     md += ["", f"Revision {result['revision']}."]
-    (args.out / "processes_sst2.md").write_text("\n".join(md) + "\n")
+    (out / "processes_sst2.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
 
 
