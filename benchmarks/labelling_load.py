@@ -255,7 +255,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
             f"{r[1]['rows_per_s'] / r[0]['rows_per_s']:.2f} |"
             for name, r in (
                 ("before: 300-d from a rank-64 table, per-tensor Adam, pools of 50", old),
-                ("now: 64-d table, fused Adam, one length-sorted pool", now),
+                ("now: 64-d table, fused Adam, one-length batches", now),
             )
         ),
         "",
