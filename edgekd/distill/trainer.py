@@ -154,7 +154,8 @@ def train_student(
 
     def epoch_batches(epoch: int) -> list[list[int]]:
         # Length-bucketed, reshuffled each epoch from (seed, epoch): less padding for
-        # the packed LSTM and the online teacher, same batches on every process.
+        # the packed LSTM and the online teacher; each process takes its share of every
+        # batch (`split_between`).
         lengths = [tok.length(train_ids[int(r)]) for r in slots]
         rng = random.Random(cfg.seed * 100_003 + epoch)
         return split_between(bucketed_batches(lengths, cfg.batch_size, rng), processes)
@@ -232,7 +233,7 @@ def train_student(
     warmup_steps = int(cfg.warmup_ratio * total_steps)
     # All of its cores when quiet (its share under `accelerate launch`: processes
     # splitting 2 cores get one each), one when another process is busy.
-    governor = ThreadGovernor(max(1, available_cores() // accelerator.num_processes))
+    governor = ThreadGovernor(max(1, available_cores() // processes))
     cut_for_time: int | None = None
     with progress_bar() as bar:
         job = bar.add_task("distill", total=cfg.epochs * len(loader), rate="")
@@ -336,7 +337,7 @@ def train_student(
         "epochs_run": len(history),
         "history": history,
         "cut_for_time": cut_for_time,
-        "processes": accelerator.num_processes,
+        "processes": processes,
         **chosen,
     }
 
