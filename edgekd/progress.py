@@ -22,10 +22,6 @@ from rich.text import Text
 
 T = TypeVar("T")
 
-# Progress goes to stderr so `--json -` style stdout stays machine-readable.
-# soft_wrap: a long status line stays one line in a log (rich would otherwise break it
-# at 80 columns when stderr is no terminal, and `grep '^epoch'` would miss its end).
-
 
 def main_process() -> bool:
     """False in the other processes `accelerate launch` or `torchrun` started (RANK >
@@ -33,6 +29,9 @@ def main_process() -> bool:
     return int(os.environ.get("RANK") or 0) == 0
 
 
+# Progress goes to stderr so `--json -` style stdout stays machine-readable.
+# soft_wrap: a long status line stays one line in a log (rich would otherwise break it
+# at 80 columns when stderr is no terminal, and `grep '^epoch'` would miss its end).
 console = Console(stderr=True, soft_wrap=True, quiet=not main_process())
 
 
