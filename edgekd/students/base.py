@@ -143,7 +143,8 @@ def project_rows(matrix: torch.Tensor, dim: int, seed: int = 0) -> torch.Tensor:
     """Fit `matrix` (rows × width) into `dim` columns.
 
     Narrower: PCA onto the top `dim` principal directions, which keeps the most
-    variance of the teacher's geometry. Wider: extra columns of small noise.
+    variance of the teacher's geometry. Wider: extra columns of small noise (also
+    when fewer rows than `dim` leave fewer principal directions than columns).
     """
     width = matrix.shape[1]
     if dim == width:
@@ -151,7 +152,10 @@ def project_rows(matrix: torch.Tensor, dim: int, seed: int = 0) -> torch.Tensor:
     if dim < width:
         centered = matrix - matrix.mean(0, keepdim=True)
         _, _, v = torch.linalg.svd(centered, full_matrices=False)
-        return centered @ v[:dim].T
+        matrix = centered @ v[:dim].T
+        width = matrix.shape[1]
+        if width == dim:
+            return matrix
     g = torch.Generator().manual_seed(seed)
     extra = torch.randn(matrix.shape[0], dim - width, generator=g) * matrix.std() * 0.1
     return torch.cat([matrix, extra], dim=1)
@@ -162,13 +166,14 @@ def teacher_rows_for(
 ) -> torch.Tensor:
     """One teacher input-embedding row per student token.
 
-    With the teacher's own vocabulary, rows are copied by id. With a word
-    vocabulary, a word's row is the mean of the rows of its WordPiece pieces, so
-    the student starts from the teacher's lexical knowledge, not from noise.
+    With the teacher's own tokens (`same_vocab`, perhaps a subset), rows are copied
+    token by token. With a word vocabulary, a word's row is the mean of the rows of
+    its WordPiece pieces, so the student starts from the teacher's lexical knowledge,
+    not from noise.
     """
     table = teacher.get_input_embeddings().weight.detach().float()
     if same_vocab:
-        return table[: len(tokens)].clone()
+        return table[teacher_tokenizer.convert_tokens_to_ids(tokens)].clone()
     rows = torch.zeros(len(tokens), table.shape[1])
     unk_id = teacher_tokenizer.unk_token_id
     pieces = teacher_tokenizer(tokens, add_special_tokens=False)["input_ids"]

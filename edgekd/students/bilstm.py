@@ -24,14 +24,22 @@ from edgekd.students.base import Student, dummy_rows, project_rows, teacher_rows
 from edgekd.students.tokenizer import (
     StudentTokenizer,
     build_word_tokenizer,
+    is_wordpiece,
     vocab_tokens,
     wordpiece_from_teacher,
 )
 
 
 class BiLSTMConfig(StrictModel):
-    vocab: Literal["word", "wordpiece"] = Field(
-        "word", description="Own word vocabulary from the transfer set, or the teacher's WordPiece."
+    vocab: Literal["auto", "word", "wordpiece"] = Field(
+        # auto → wordpiece for a WordPiece teacher. A word vocabulary maps every word
+        # the transfer set lacks to one [UNK] row: on SST-2 dev that is 4.8% of words,
+        # in 55% of sentences, and on those sentences the word student kept 93.9% of the
+        # teacher's accuracy against 98.6% on the rest (0.8413 vs 0.8855, one seed);
+        # the teacher's pieces carry such words (0.8622 on them, 0.8693 overall).
+        "auto",
+        description="Own word vocabulary from the transfer set, or the teacher's WordPiece "
+        "cut to the pieces the transfer set uses; auto: wordpiece if the teacher has one.",
     )
     embedding_dim: int = Field(
         # 64, not Tang et al.'s 300: per token and direction the LSTM's input weights cost
@@ -45,7 +53,7 @@ class BiLSTMConfig(StrictModel):
         description="Width the LSTM reads (Tang et al.: 300).",
     )
     embedding_rank: int | None = Field(
-        # 64: a wider table (embedding_dim 300) stays 0.85 MB in int8 for 13k words, not
+        # 64: a wider table (embedding_dim 300) stays 0.85 MB in int8 for 13k tokens, not
         # 4 MB, and its int8 bundle under 1.8 MB.
         64,
         ge=1,
@@ -189,6 +197,9 @@ class BiLSTMStudent(Student):
     ) -> tuple[BiLSTMStudent, StudentTokenizer]:
         pair = any(not isinstance(t, str) for t in texts[:1])
         config = BiLSTMConfig(**{**options, "pair": pair})
+        if config.vocab == "auto":
+            kind = "wordpiece" if is_wordpiece(teacher_tokenizer) else "word"
+            config = config.model_copy(update={"vocab": kind})
         if config.vocab == "word":
             mask = getattr(teacher_tokenizer, "mask_token", None)
             tok = build_word_tokenizer(
@@ -200,7 +211,9 @@ class BiLSTMStudent(Student):
                 specials=(mask,) if mask else (),
             )
         else:
-            tok = wordpiece_from_teacher(teacher_tokenizer, config.max_length)
+            tok = wordpiece_from_teacher(
+                teacher_tokenizer, config.max_length, texts=sides_of(texts)
+            )
             # WordPiece ids must not collide with our padding row 0 meaning anything else.
             if tok.pad_id != 0:
                 raise ValueError("the teacher's [PAD] id is not 0; use student vocab 'word'")

@@ -4,7 +4,9 @@
   used word2vec words). BERT-style normalisation and pre-tokenisation, so CJK
   characters split one per token and punctuation splits off in every script.
 - `wordpiece`: the teacher's own WordPiece vocabulary, without [CLS]/[SEP]
-  (a BiLSTM has no use for them).
+  (a BiLSTM has no use for them), cut to the tokens the transfer set uses plus
+  every character it uses as a piece, so a word never seen in training still
+  splits into pieces the student has trained rows for instead of one [UNK].
 
 Both serialize to `tokenizer.json`, which the ONNX predictor and the deployed
 bundle read with the small `tokenizers` library: no torch, no transformers.
@@ -12,12 +14,15 @@ bundle read with the small `tokenizers` library: no torch, no transformers.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+from edgekd.errors import EdgeKDError
 
 PAD, UNK = "[PAD]", "[UNK]"
 
@@ -149,15 +154,76 @@ def build_word_tokenizer(
     return StudentTokenizer(tok, max_length)
 
 
+def is_wordpiece(teacher_tokenizer: Any) -> bool:
+    """Whether the teacher's fast tokenizer is a WordPiece model (BERT-style)."""
+    backend = getattr(teacher_tokenizer, "backend_tokenizer", None)
+    return backend is not None and json.loads(backend.to_str())["model"]["type"] == "WordPiece"
+
+
 def wordpiece_from_teacher(
-    teacher_tokenizer: Any, max_length: int, add_special_tokens: bool = False
+    teacher_tokenizer: Any,
+    max_length: int,
+    add_special_tokens: bool = False,
+    texts: list[str] | None = None,
 ) -> StudentTokenizer:
     """The teacher's fast tokenizer as a standalone `tokenizers` object; with
-    `add_special_tokens`, texts get the teacher's [CLS] … [SEP] (BERT students)."""
+    `add_special_tokens`, texts get the teacher's [CLS] … [SEP] (BERT students).
+
+    With `texts`, only the tokens they need (`needed_pieces`): the teacher splits
+    them exactly as before, and the table is the task's size, not the teacher's
+    (SST-2: 30,522 → ~12k rows, 1.95 → 0.8 MB in int8 at 64-d).
+    """
     backend = getattr(teacher_tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise ValueError("the teacher has no fast tokenizer; use student vocab 'word'")
-    return StudentTokenizer(Tokenizer.from_str(backend.to_str()), max_length, add_special_tokens)
+    tok = StudentTokenizer(Tokenizer.from_str(backend.to_str()), max_length, add_special_tokens)
+    if texts is None:
+        return tok
+    return remap_tokenizer(tok, needed_pieces(tok, texts))
+
+
+def needed_pieces(tok: StudentTokenizer, texts: list[str]) -> list[int]:
+    """Ids of the WordPiece tokens `texts` use, the special tokens, and every
+    character they use both as a word start and as a continuation ("c", "##c").
+
+    Greedy longest-match-first picks the same pieces from any subset that holds the
+    pieces it picked before, so the texts tokenize exactly as with the full
+    vocabulary. A new word made of seen characters always splits (down to single
+    characters at worst) into tokens the student trained: it is never [UNK].
+    """
+    model = json.loads(tok.tokenizer.to_str())["model"]
+    if model["type"] != "WordPiece":
+        raise ValueError(f"a {model['type']} vocabulary has no pieces to keep; use vocab 'word'")
+    prefix = model["continuing_subword_prefix"]
+    used: set[int] = {tok.pad_id}
+    for enc in tok.tokenizer.encode_batch(texts, add_special_tokens=False):
+        used.update(enc.ids)
+    vocab = tok.tokenizer.get_vocab()
+    specials = set(tok.tokenizer.get_added_tokens_decoder())
+    chars = {c for t, i in vocab.items() if i in used - specials for c in t.removeprefix(prefix)}
+    singles = {vocab[t] for c in chars for t in (c, prefix + c) if t in vocab}
+    return sorted(used | singles | specials)
+
+
+def remap_tokenizer(tok: StudentTokenizer, keep: list[int]) -> StudentTokenizer:
+    """A tokenizer over the kept tokens, ids renumbered 0..len(keep)-1 in old order."""
+    spec = json.loads(tok.tokenizer.to_str())
+    new_id = {old: new for new, old in enumerate(keep)}
+    model = spec["model"]
+    if model["type"] not in ("WordLevel", "WordPiece"):
+        raise EdgeKDError(f"cannot trim a {model['type']} vocabulary; use vocab word or wordpiece")
+    model["vocab"] = {t: new_id[i] for t, i in model["vocab"].items() if i in new_id}
+    if model.get("unk_token") not in model["vocab"]:
+        raise EdgeKDError("the vocabulary has no [UNK] token to map dropped words to")
+    spec["added_tokens"] = [
+        {**t, "id": new_id[t["id"]]} for t in spec["added_tokens"] if t["id"] in new_id
+    ]
+    post = spec.get("post_processor") or {}
+    for special in (post.get("special_tokens") or {}).values():
+        special["ids"] = [new_id[i] for i in special["ids"]]
+    return StudentTokenizer(
+        Tokenizer.from_str(json.dumps(spec)), tok.max_length, tok.add_special_tokens
+    )
 
 
 def vocab_tokens(tok: StudentTokenizer) -> list[str]:

@@ -9,16 +9,13 @@ Texts made only of kept tokens get exactly the same ids' rows, so the same logit
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tokenizers import Tokenizer
-
 from edgekd.errors import EdgeKDError
 from edgekd.students.base import load_student, save_student
-from edgekd.students.tokenizer import StudentTokenizer
+from edgekd.students.tokenizer import StudentTokenizer, remap_tokenizer
 
 
 def token_counts(tok: StudentTokenizer, texts: list[Any]) -> Counter[int]:
@@ -43,27 +40,6 @@ def kept_ids(
     )
     chosen = set(ranked[:keep_top] if keep_top is not None else ranked)
     return sorted(special_ids | chosen)
-
-
-def remap_tokenizer(tok: StudentTokenizer, keep: list[int]) -> StudentTokenizer:
-    """A tokenizer over the kept tokens, ids renumbered 0..len(keep)-1 in old order."""
-    spec = json.loads(tok.tokenizer.to_str())
-    new_id = {old: new for new, old in enumerate(keep)}
-    model = spec["model"]
-    if model["type"] not in ("WordLevel", "WordPiece"):
-        raise EdgeKDError(f"cannot trim a {model['type']} vocabulary; use vocab word or wordpiece")
-    model["vocab"] = {t: new_id[i] for t, i in model["vocab"].items() if i in new_id}
-    if model.get("unk_token") not in model["vocab"]:
-        raise EdgeKDError("the vocabulary has no [UNK] token to map dropped words to")
-    spec["added_tokens"] = [
-        {**t, "id": new_id[t["id"]]} for t in spec["added_tokens"] if t["id"] in new_id
-    ]
-    post = spec.get("post_processor") or {}
-    for special in (post.get("special_tokens") or {}).values():
-        special["ids"] = [new_id[i] for i in special["ids"]]
-    return StudentTokenizer(
-        Tokenizer.from_str(json.dumps(spec)), tok.max_length, tok.add_special_tokens
-    )
 
 
 def trim_student(

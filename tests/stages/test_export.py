@@ -70,7 +70,8 @@ def test_accuracy_repair_scores_trials_in_the_export_folder(student, tmp_path, m
     cfg = ExportConfig(guard=False, max_int8_drop=0.0)
     report = run_export(cfg, student, tmp_path / "e")
     repair = report["models"]["int8"]["repair"]
-    assert repair["drop_before"] >= 0.5 and not repair["within_budget"]
+    # 0.5 off, give or take the real int8 rounding's own few rows of the tiny dev set.
+    assert repair["drop_before"] == pytest.approx(0.5, abs=0.1) and not repair["within_budget"]
     assert repair["kept_fp32"] == []  # no single exclusion helped: nothing kept
     hidden = {p.name for p in (tmp_path / "e").glob(".*")}
     assert hidden == {".edgekd.json"}  # the trial model is cleaned up; the marker stays

@@ -73,17 +73,53 @@ def test_teacher_rows_for_word_is_mean_of_its_wordpieces(tiny_teacher):
     assert rows[0].abs().sum() == 0
 
 
-def test_prepare_wordpiece_student_copies_teacher_embeddings(tiny_teacher):
+def test_prepare_wordpiece_student_keeps_its_texts_pieces_with_their_teacher_rows(tiny_teacher):
     from edgekd.distill.teacher import load_teacher
 
     teacher, ttok = load_teacher(str(tiny_teacher))
+    texts = ["a good movie", "bad goods"]
     model, tok = BiLSTMStudent.prepare(
-        {"vocab": "wordpiece", "embedding_dim": 32}, [], 2, teacher, ttok
+        {"vocab": "wordpiece", "embedding_dim": 32}, texts, 2, teacher, ttok
     )
-    assert tok.vocab_size == teacher.config.vocab_size
+    tokens = vocab_tokens(tok)
+    # The five specials, then the pieces the texts use, in the teacher's order.
+    assert tokens == [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "movie",
+        "a",
+        "good",
+        "bad",
+        "##s",
+    ]
     table = teacher.get_input_embeddings().weight.detach()
-    np.testing.assert_allclose(model.embedding.weight[5:].detach().numpy(), table[5:].numpy())
+    teacher_ids = ttok.convert_tokens_to_ids(tokens[1:])
+    np.testing.assert_allclose(model.embedding.weight[1:].detach().numpy(), table[teacher_ids])
     assert model.embedding.weight[0].abs().sum() == 0
+
+
+def test_prepare_auto_vocab_is_wordpiece_for_a_wordpiece_teacher(tiny_teacher):
+    from edgekd.distill.teacher import load_teacher
+
+    teacher, ttok = load_teacher(str(tiny_teacher))
+    model, _ = BiLSTMStudent.prepare({"embedding_dim": 8}, ["good movie"], 2, teacher, ttok)
+    assert model.config.vocab == "wordpiece"
+
+
+def test_prepare_auto_vocab_is_word_when_the_teacher_has_no_wordpiece():
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    level = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    ttok = PreTrainedTokenizerFast(tokenizer_object=level, pad_token="[PAD]", unk_token="[UNK]")
+    model, tok = BiLSTMStudent.prepare(
+        {"embedding_dim": 8, "init": "random"}, ["good movie"], 2, None, ttok
+    )
+    assert model.config.vocab == "word"
+    assert vocab_tokens(tok)[2:] == ["good", "movie"]
 
 
 def test_bilstm_mix_with_lambda_one_is_the_plain_forward():
