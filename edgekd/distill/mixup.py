@@ -20,8 +20,8 @@ on the teacher side, token p stands for the span of WordPiece pieces of the same
 word (found through the student's character offsets), the two spans are padded
 with zero vectors to equal length and mixed piece by piece, between the teacher's
 own [CLS] and [SEP]. Both models thus see "word p of i mixed with word p of j".
-When the student reads the teacher's vocabulary, every span is one piece and this
-is plain per-token mixing.
+When the student reads the teacher's vocabulary (whole, or cut to the pieces a
+transfer set uses), every span is one piece and this is plain per-token mixing.
 """
 
 from __future__ import annotations
@@ -46,7 +46,14 @@ class TeacherAlignment:
     def __init__(self, student: StudentTokenizer, teacher: Any, teacher_max_length: int) -> None:
         self.student, self.teacher = student, teacher
         self.max_length = teacher_max_length
-        self.same_vocab = student.tokenizer.get_vocab() == teacher.get_vocab()
+        # Student id → teacher id when every student token is one of the teacher's (its
+        # WordPiece, whole or cut to a transfer set's pieces): then each token is its own
+        # span. Re-splitting a piece's text instead would read "##s" as the word "s".
+        mine, theirs = student.tokenizer.get_vocab(), teacher.get_vocab()
+        self.to_teacher = (
+            {i: theirs[t] for t, i in mine.items()} if mine.keys() <= theirs.keys() else None
+        )
+        self.same_vocab = self.to_teacher is not None
         self.wrap = not student.add_special_tokens
         self.cls = getattr(teacher, "cls_token_id", None)
         self.sep = getattr(teacher, "sep_token_id", None)
@@ -54,8 +61,11 @@ class TeacherAlignment:
 
     def spans(self, texts: list[str]) -> list[list[list[int]]]:
         """Per text, per student token: the teacher ids it stands for."""
-        if self.same_vocab:
-            out = [[[i] for i in ids] for ids in self.student.ids(texts) if isinstance(ids, list)]
+        if self.to_teacher is not None:
+            to = self.to_teacher
+            out = [
+                [[to[i]] for i in ids] for ids in self.student.ids(texts) if isinstance(ids, list)
+            ]
         else:
             encs = self.student.tokenizer.encode_batch(
                 texts, add_special_tokens=self.student.add_special_tokens

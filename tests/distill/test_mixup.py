@@ -50,6 +50,22 @@ def test_alignment_maps_each_word_to_its_wordpieces(teacher_tok) -> None:
     ]
 
 
+def test_alignment_maps_a_cut_wordpiece_student_token_by_token(teacher_tok) -> None:
+    student = wordpiece_from_teacher(teacher_tok, 16, texts=["the films were good"])
+    align = TeacherAlignment(student, teacher_tok, 32)
+    assert align.same_vocab
+    (spans,) = align.spans(["films good"])
+    ids = teacher_tok.convert_tokens_to_ids
+    # The student's ids are renumbered, and its "##s" must reach the teacher's "##s".
+    assert spans == [
+        [teacher_tok.cls_token_id],
+        ids(["film"]),
+        ids(["##s"]),
+        ids(["good"]),
+        [teacher_tok.sep_token_id],
+    ]
+
+
 def test_pair_ids_align_spans_and_mark_missing_pieces(teacher_tok) -> None:
     student = build_word_tokenizer(["films good the"], 100, 1, True, 16)
     align = TeacherAlignment(student, teacher_tok, 32)
