@@ -333,8 +333,9 @@ def distill(
     augment: str | None = typer.Option(
         None,
         "--augment",
-        help="Comma-separated: mask, pos, ngram, tang (all three), minimax (pick the most "
-        "divergent variants each epoch), mixup (MixKD); none: no augmentation. Their "
+        help="Comma-separated: mask, pos, ngram, tang (all three), swap (a span from another "
+        "text), minimax (pick the most divergent variants each epoch), mixup (MixKD); none: "
+        "no augmentation. Their "
         "options: -s augment.methods.NAME.options.FIELD=VALUE.",
         show_default="tang",
     ),

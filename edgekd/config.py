@@ -120,7 +120,7 @@ class AugmentConfig(StrictModel):
         # in one default run), and on a held-out 3-class task retention from 95.6% to 99.6%.
         default_factory=lambda: [Component(name="tang")],
         description="Augmenters in order, each a name or {name, options}: text augmenters "
-        "(mask, pos, ngram; tang = all three), `minimax` (select among their variants) and "
+        "(mask, pos, ngram; tang = all three; swap), `minimax` (select among their variants) and "
         "`mixup` (MixKD). Options are each augmenter's own (`edgekd distill --help`).",
     )
     n_iter: int = Field(

@@ -163,6 +163,7 @@ AUGMENTERS: Registry[Any] = Registry(
         "pos": "edgekd.distill.augment:PosAugmenter",
         "ngram": "edgekd.distill.augment:NgramAugmenter",
         "tang": "edgekd.distill.augment:TangAugmenter",
+        "swap": "edgekd.distill.augment:SwapAugmenter",
         "minimax": "edgekd.distill.minimax:MinimaxSelector",
         "mixup": "edgekd.distill.mixup:MixKD",
     },

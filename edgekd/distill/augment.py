@@ -199,6 +199,39 @@ class NgramAugmenter(Augmenter):
         return words[start : start + n]
 
 
+class SwapOptions(StrictModel):
+    p: float = Field(0.5, ge=0, le=1, description="Per-text probability of one span swap.")
+    max_n: int = Field(5, ge=1, description="Each span's length is uniform in 1..max_n words.")
+
+
+class SwapAugmenter(Augmenter):
+    """With probability `p`, a random span of the text (1..max_n words) is replaced by a
+    random span (1..max_n words) of another training text: TreeMix-style recombination
+    (Zhang et al. 2022, arXiv:2205.06153) without a parser. Mask, POS and n-gram edits
+    keep each variant near its source sentence; a swap brings in another sentence's
+    words, so the transfer set covers contexts no training sentence has."""
+
+    name = "swap"
+    Config = SwapOptions
+
+    def __init__(self, donors: Sequence[list[str]], p: float = 0.5, max_n: int = 5) -> None:
+        self.donors = [d for d in donors if d]
+        self.p, self.max_n = p, max_n
+
+    @classmethod
+    def from_config(cls, options: Any, corpus: Sequence[str], mask_token: str) -> Augmenter:
+        return cls([words_of(t) for t in sides_of(corpus)], options.p, options.max_n)
+
+    def words(self, words: list[str], rng: random.Random) -> list[str]:
+        if not words or not self.donors or rng.random() >= self.p:
+            return words
+        donor = self.donors[rng.randrange(len(self.donors))]
+        n = min(rng.randint(1, self.max_n), len(words))
+        m = min(rng.randint(1, self.max_n), len(donor))
+        at, take = rng.randint(0, len(words) - n), rng.randint(0, len(donor) - m)
+        return words[:at] + donor[take : take + m] + words[at + n :]
+
+
 class ComposeAugmenter(Augmenter):
     """Apply augmenters in order to the same word list."""
 

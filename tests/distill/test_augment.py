@@ -8,6 +8,7 @@ from edgekd.distill.augment import (
     MaskAugmenter,
     NgramAugmenter,
     PosAugmenter,
+    SwapAugmenter,
     generate,
     words_of,
 )
@@ -73,6 +74,37 @@ def test_ngram_rate_matches_p():
     )
 
 
+def test_swap_replaces_one_span_with_a_donor_span():
+    donors = [[f"d{i}" for i in range(10)]]
+    aug = SwapAugmenter(donors, p=1.0, max_n=3)
+    rng = random.Random(0)
+    source = SENTENCES[0].split()  # w0 .. w9
+    spans = Counter()
+    for _ in range(2000):
+        [out] = aug([SENTENCES[0]], rng)
+        words = out.split()
+        inserted = [w for w in words if w.startswith("d")]
+        assert 1 <= len(inserted) <= 3
+        assert " ".join(inserted) in " ".join(donors[0])  # one contiguous donor span
+        # What is left of the source is a prefix and a suffix around one gap of 1..3.
+        at = words.index(inserted[0])
+        kept_before, kept_after = words[:at], words[at + len(inserted) :]
+        assert kept_before == source[: len(kept_before)]
+        assert kept_after == source[len(source) - len(kept_after) :]
+        spans[len(source) - len(kept_before) - len(kept_after)] += 1
+    assert set(spans) == {1, 2, 3}
+
+
+def test_swap_rate_matches_p_and_needs_donors():
+    aug = SwapAugmenter([["x"]], p=0.3)
+    out = aug(SENTENCES, random.Random(3))
+    assert sum(o != s for o, s in zip(out, SENTENCES, strict=True)) / 2000 == pytest.approx(
+        0.3,
+        abs=0.035,  # 3σ of a binomial(2000, 0.3) is 0.031
+    )
+    assert SwapAugmenter([], p=1.0)(["a b"], random.Random(0)) == ["a b"]
+
+
 def test_generate_is_deterministic_deduplicated_and_never_empty():
     tang = ComposeAugmenter([MaskAugmenter(0.1), NgramAugmenter(0.25)])
     texts = ["a b c d e f", "g h", "i"]
@@ -113,6 +145,28 @@ def test_tang_builds_mask_pos_ngram_from_config():
     # POS swaps stay within the corpus vocabulary (plus the mask token).
     vocab = {w for t in corpus for w in t.split()} | {"[MASK]"}
     assert {w for v in variants for w in v.split()} <= vocab
+
+
+def test_swap_from_config_draws_donors_from_the_corpus_before_later_edits():
+    from edgekd.config import AugmentConfig
+    from edgekd.distill.augment import build_augmenter
+
+    corpus = ["a charming journey", "a dull film", ("the great movie", "my pair side")]
+    cfg = AugmentConfig(methods=["swap", {"name": "ngram", "options": {"p": 0.0}}])
+    aug = build_augmenter(cfg, corpus, "[MASK]")
+    assert [type(p).__name__ for p in aug.parts] == ["SwapAugmenter", "NgramAugmenter"]
+    # Donors are every side of every text, as words.
+    assert sorted(map(tuple, aug.parts[0].donors)) == sorted(
+        tuple(t.split())
+        for t in ["a charming journey", "a dull film", "the great movie", "my pair side"]
+    )
+    variants = generate(corpus[:2], aug, n_iter=20, seed=0)
+    vocab = {
+        w
+        for t in ["a charming journey", "a dull film", "the great movie", "my pair side"]
+        for w in t.split()
+    }
+    assert variants and {w for v in variants for w in v.split()} <= vocab
 
 
 def test_augmenters_apply_to_each_side_of_a_sentence_pair():
