@@ -110,10 +110,19 @@ def test_teacher_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, bigger_d
             "--batch-size", "64", "--max-length", "16", "--max-train", "1500",
         ]  # fmt: skip
 
+    # One core each: the ThreadGovernor then never switches counts. On 2 cores it
+    # switches by measured speed (a loaded CI runner), and BERT's weight gradients
+    # sum in a thread-count-dependent order (~1e-7 apart after 30 steps on 1 vs 2
+    # threads), so this test would read the load, not the resume.
+    core = min(os.sched_getaffinity(0))
+
+    def one_core() -> None:
+        os.sched_setaffinity(0, {core})
+
     whole = tmp_path / "whole"
-    subprocess.run(argv(whole), check=True, capture_output=True)
+    subprocess.run(argv(whole), check=True, capture_output=True, preexec_fn=one_core)
     out = tmp_path / "t"
-    proc = subprocess.Popen(argv(out), stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv(out), stderr=subprocess.PIPE, text=True, preexec_fn=one_core)
     assert proc.stderr is not None
     for line in proc.stderr:
         if line.startswith("epoch 2/4:"):
@@ -121,7 +130,7 @@ def test_teacher_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, bigger_d
             break
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
-    again = subprocess.run(argv(out), capture_output=True, text=True)
+    again = subprocess.run(argv(out), capture_output=True, text=True, preexec_fn=one_core)
     assert again.returncode == 0, again.stderr
     assert "resuming from epoch" in again.stderr and "epoch 1/4" not in again.stderr
     assert sha256(out / "model.safetensors") == sha256(whole / "model.safetensors")

@@ -156,11 +156,11 @@ def test_run_distill_rejects_unknown_augmenter_before_any_work(tiny_data, tmp_pa
 
     with pytest.raises(
         EdgeKDError,
-        match="unknown augmenter 'swap'; valid names: mask, minimax, mixup, ngram, pos, tang",
+        match="unknown augmenter 'shuffle'; valid names: mask, minimax, mixup, ngram, pos, "
+        "swap, tang",
     ):
-        run_distill(
-            cfg("no/teacher", tiny_data, augment=AugmentConfig(methods=["swap"])), tmp_path / "out"
-        )
+        augment = AugmentConfig(methods=["shuffle"])
+        run_distill(cfg("no/teacher", tiny_data, augment=augment), tmp_path / "out")
 
 
 def test_run_distill_applies_schedules_each_epoch(tiny_teacher, tiny_data, tmp_path):
