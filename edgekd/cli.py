@@ -335,8 +335,7 @@ def distill(
         "--augment",
         help="Comma-separated: mask, pos, ngram, tang (all three), swap (a span from another "
         "text), minimax (pick the most divergent variants each epoch), mixup (MixKD); none: "
-        "no augmentation. Their "
-        "options: -s augment.methods.NAME.options.FIELD=VALUE.",
+        "no augmentation. Their options: -s augment.methods.NAME.options.FIELD=VALUE.",
         show_default="tang",
     ),
     n_iter: int = field(AugmentConfig, "n_iter", "--n-iter"),

@@ -147,7 +147,7 @@ def test_tang_builds_mask_pos_ngram_from_config():
     assert {w for v in variants for w in v.split()} <= vocab
 
 
-def test_swap_from_config_draws_donors_from_the_corpus_before_later_edits():
+def test_swap_from_config_takes_every_side_of_the_corpus_as_donors():
     from edgekd.config import AugmentConfig
     from edgekd.distill.augment import build_augmenter
 
