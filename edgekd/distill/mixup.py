@@ -53,11 +53,15 @@ class TeacherAlignment:
         self.to_teacher = (
             {i: theirs[t] for t, i in mine.items()} if mine.keys() <= theirs.keys() else None
         )
-        self.same_vocab = self.to_teacher is not None
         self.wrap = not student.add_special_tokens
         self.cls = getattr(teacher, "cls_token_id", None)
         self.sep = getattr(teacher, "sep_token_id", None)
         self.unk = teacher.unk_token_id if teacher.unk_token_id is not None else 0
+
+    @property
+    def same_vocab(self) -> bool:
+        """Whether the student reads the teacher's own tokens (each token its own span)."""
+        return self.to_teacher is not None
 
     def spans(self, texts: list[str]) -> list[list[list[int]]]:
         """Per text, per student token: the teacher ids it stands for."""
