@@ -13,6 +13,9 @@ side in one run; each is the median of `--repeats` timed windows.
   1 thread, and edgekd's `ThreadGovernor` (measures both counts, runs the faster).
   And the default student's step now against before (300-d embeddings from a rank-64
   table, per-tensor Adam, length pools of 50 batches), governed, at batch 50.
+- teacher fine-tuning (`edgekd teacher`): AdamW steps of the default base
+  (all-MiniLM-L6-v2 with a new 2-label head) at the default batch (32) and length
+  (64), on 2 threads, 1 thread and governed.
 - under load: the same while another process keeps both cores busy (a 2-thread
   PyTorch matmul loop); the ratio loaded/quiet says whether edgekd slows down in
   proportion (≥ 1/3 is the bar; a fair share of 2 cores is 1/2).
@@ -35,6 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 LIBGOMP_DEFAULT = "300000"
 # (GOMP_SPINCOUNT, threads; 0 = edgekd's ThreadGovernor) for the training rows.
+SECTIONS = ("label", "train", "finetune")
 TRAIN_SETTINGS = [(LIBGOMP_DEFAULT, 2), ("30000", 2), (LIBGOMP_DEFAULT, 1), (LIBGOMP_DEFAULT, 0)]
 
 
@@ -128,6 +132,59 @@ def worker_train(args: argparse.Namespace) -> dict:
     return {"rows_per_s": statistics.median(window(args.window) for _ in range(args.repeats))}
 
 
+def worker_finetune(args: argparse.Namespace) -> dict:
+    """`edgekd teacher`'s step, as `edgekd.distill.teacher.finetune` takes it."""
+    import random
+
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from edgekd.config import TeacherConfig
+    from edgekd.distill.teacher import resolve_base
+    from edgekd.threads import ThreadGovernor
+
+    governor = ThreadGovernor() if args.threads == 0 else None
+    if governor is None:
+        torch.set_num_threads(args.threads)
+    cfg = TeacherConfig()
+    base = resolve_base(cfg.base)
+    tok = AutoTokenizer.from_pretrained(base)
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=2).train()
+    optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    texts = sample_rows(args.shared, 2_000, seed=2)
+    rng = random.Random(0)
+
+    def window(seconds: float) -> float:
+        rows, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            batch = rng.sample(texts, cfg.batch_size)
+            enc = tok(batch, truncation=True, max_length=cfg.max_length, padding=True,
+                      return_tensors="pt")  # fmt: skip
+            y = torch.zeros(len(batch), dtype=torch.long)
+            loss = torch.nn.functional.cross_entropy(model(**enc).logits, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optim.step()
+            optim.zero_grad()
+            rows += len(batch)
+            if governor is not None:
+                governor.step(len(batch))
+        return rows / (time.perf_counter() - start)
+
+    window(2.0)  # warm-up
+    return {"rows_per_s": statistics.median(window(args.window) for _ in range(args.repeats))}
+
+
+def revision() -> str:
+    """The code a figure was measured with: the commit, `-dirty` with local changes."""
+    out = subprocess.run(
+        ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    return out.stdout.strip() or "unknown"
+
+
 def hog(seconds: float) -> subprocess.Popen:
     """Another process keeping both cores busy: a 2-thread PyTorch matmul loop."""
     code = (
@@ -162,27 +219,39 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=3000, help="rows labelled per window")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--window", type=float, default=5.0, help="seconds per training window")
-    p.add_argument("--worker", choices=["label", "train"])
+    p.add_argument(
+        "--sections",
+        nargs="+",
+        choices=SECTIONS,
+        default=list(SECTIONS),
+        help="what to measure; the others keep their rows from the last results",
+    )
+    p.add_argument("--worker", choices=["label", "train", "finetune"])
     p.add_argument("--runtime", default="torch")
     p.add_argument("--batch", type=int, default=50)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--student", choices=["now", "before"], default="now")
     args = p.parse_args()
     if args.worker:
-        fn = worker_label if args.worker == "label" else worker_train
-        print(json.dumps(fn(args)))
+        workers = {"label": worker_label, "train": worker_train, "finetune": worker_finetune}
+        print(json.dumps(workers[args.worker](args)))
         return
     GOMP_SPINCOUNT = "30000"  # the short spin tried against libgomp's default
     args.work.mkdir(parents=True, exist_ok=True)
     base = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
-    rows = []
-    for runtime in ("torch", "onnx", "int8", "auto"):
+    previous = REPO / "benchmarks" / "results" / "labelling_load.json"
+    rows = [
+        r
+        for r in (json.loads(previous.read_text()) if previous.is_file() else [])
+        if r["what"] not in args.sections
+    ]
+    for runtime in ("torch", "onnx", "int8", "auto") if "label" in args.sections else ():
         for loaded in (False, True):
             env = {**base, "GOMP_SPINCOUNT": GOMP_SPINCOUNT}
             r = measure(args, ["--worker", "label", "--runtime", runtime], env, loaded)
             rows.append({"what": "label", "runtime": runtime, "loaded": loaded, **r})
             print(rows[-1], flush=True)
-    for spin, threads in TRAIN_SETTINGS:
+    for spin, threads in TRAIN_SETTINGS if "train" in args.sections else ():
         for batch in (50, 256):
             for loaded in (False, True):
                 env = {**base, "GOMP_SPINCOUNT": spin}
@@ -191,13 +260,22 @@ def main() -> None:
                 setting = {"spin": spin, "threads": threads, "batch": batch, "loaded": loaded}
                 rows.append({"what": "train", "student": "now", **setting, **r})
                 print(rows[-1], flush=True)
-    for loaded in (False, True):  # the student's step before this release, governed
+    for loaded in (False, True) if "train" in args.sections else ():  # before, governed
         env = {**base, "GOMP_SPINCOUNT": LIBGOMP_DEFAULT}
         extra = ["--worker", "train", "--threads", "0", "--student", "before"]
         r = measure(args, extra, env, loaded)
         setting = {"spin": LIBGOMP_DEFAULT, "threads": 0, "batch": 50, "loaded": loaded}
         rows.append({"what": "train", "student": "before", **setting, **r})
         print(rows[-1], flush=True)
+    for threads in (2, 1, 0) if "finetune" in args.sections else ():
+        for loaded in (False, True):
+            env = {**base, "GOMP_SPINCOUNT": LIBGOMP_DEFAULT}
+            r = measure(args, ["--worker", "finetune", "--threads", str(threads)], env, loaded)
+            rows.append(
+                {"what": "finetune", "threads": threads, "loaded": loaded, **r,
+                 "revision": revision()}
+            )  # fmt: skip
+            print(rows[-1], flush=True)
     write(rows, args)
 
 
@@ -262,6 +340,24 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
         f"Now / before, quiet: {now[0]['rows_per_s'] / old[0]['rows_per_s']:.2f}×; "
         f"loaded: {now[1]['rows_per_s'] / old[1]['rows_per_s']:.2f}×.",
     ]
+    if any(r["what"] == "finetune" for r in rows):
+        lines += [
+            "",
+            "| teacher fine-tuning (all-MiniLM-L6-v2, batch 32, ≤ 64 tokens) | rows/s quiet | "
+            "rows/s loaded | loaded/quiet |",
+            "|---|---|---|---|",
+        ]
+        for threads in (2, 1, 0):
+            q = get(what="finetune", threads=threads, loaded=False)["rows_per_s"]
+            ld = get(what="finetune", threads=threads, loaded=True)["rows_per_s"]
+            name = (
+                "edgekd (ThreadGovernor)"
+                if threads == 0
+                else f"{threads} thread{'s' * (threads > 1)}"
+            )
+            lines.append(f"| {name} | {q:.1f} | {ld:.1f} | {ld / q:.2f} |")
+        measured = get(what="finetune", threads=0, loaded=False).get("revision", "unknown")
+        lines += ["", f"Teacher fine-tuning measured at revision {measured}."]
     out = REPO / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "labelling_load.json").write_text(json.dumps(rows, indent=2) + "\n")

@@ -119,9 +119,11 @@ def train_student(
     loss_fn = build_loss(cfg)
     accelerator = Accelerator(cpu=on_cpu_only())
     processes = accelerator.num_processes
-    train_ids = tok.ids(train.texts)
-    dev_ids = tok.ids(dev.texts)
-    select_ids = tok.ids(select.texts)
+    # Packed (4 B per token): the transfer set's ids stay small at any augmentation.
+    train_ids = tok.packed_ids(train.texts)
+    train_lengths = train_ids.lengths()
+    dev_ids = tok.packed_ids(dev.texts)
+    select_ids = tok.packed_ids(select.texts)
     labels = torch.tensor(train.labels)
     soft = torch.from_numpy(train_logits)
     layer_loss, mixkd, selector = extras.layer_loss, extras.mixkd, extras.selector
@@ -156,7 +158,7 @@ def train_student(
         # Length-bucketed, reshuffled each epoch from (seed, epoch): less padding for
         # the packed LSTM and the online teacher; each process takes its share of every
         # batch (`split_between`).
-        lengths = [tok.length(train_ids[int(r)]) for r in slots]
+        lengths = train_lengths[slots].tolist()
         rng = random.Random(cfg.seed * 100_003 + epoch)
         return split_between(bucketed_batches(lengths, cfg.batch_size, rng), processes)
 

@@ -86,7 +86,7 @@ class OnnxPredictor:
         """Logits in the order of `texts`; with `description`, a progress bar."""
         import contextlib
 
-        ids = self.tokenizer.ids(texts)
+        ids = self.tokenizer.packed_ids(texts)
         out = np.zeros((len(texts), len(self.label_names)), dtype=np.float32)
         with contextlib.ExitStack() as stack:
             bar = job = None
@@ -95,9 +95,7 @@ class OnnxPredictor:
 
                 bar = stack.enter_context(progress_bar())
                 job = bar.add_task(description, total=len(texts), rate="")
-            batches = length_sorted_batches(
-                [self.tokenizer.length(x) for x in ids], self.batch_size
-            )
+            batches = length_sorted_batches(ids.lengths().tolist(), self.batch_size)
 
             def run(worker: int) -> None:
                 # onnxruntime releases the GIL inside run(): the workers overlap.

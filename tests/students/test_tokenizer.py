@@ -63,3 +63,25 @@ def test_wordpiece_subset_splits_an_unseen_word_into_pieces_not_unk(teacher_tok)
     # A character the texts never used has no trained row: that word is [UNK].
     assert sub.tokenizer.encode("x", add_special_tokens=False).tokens == ["[UNK]"]
     assert sub.pad_id == 0
+
+
+def test_packed_ids_equal_ids_across_encode_chunks_and_pairs(monkeypatch):
+    from edgekd.students import tokenizer as tk
+    from edgekd.students.tokenizer import build_word_tokenizer
+
+    monkeypatch.setattr(tk, "ENCODE_CHUNK", 2)  # 5 texts: chunks of 2, 2 and 1
+    texts = ["the cat", "a dog runs", "   ", "the the the cat", "dog"]
+    tok = build_word_tokenizer(texts, max_vocab=50, min_freq=1, lowercase=True, max_length=3)
+    packed = tok.packed_ids(texts)
+    assert [r.tolist() for r in packed] == tok.ids(texts)
+    assert packed.lengths().tolist() == [2, 3, 1, 3, 1]  # cut at 3; whitespace → one [UNK]
+    tail = packed[3:]
+    assert len(tail) == 2 and [r.tolist() for r in tail] == tok.ids(texts[3:])
+    assert (
+        tok.pad(list(packed))["input_ids"].tolist() == tok.pad(tok.ids(texts))["input_ids"].tolist()
+    )
+    pairs = [("the cat", "dog"), ("a dog runs", "the")]
+    packed_pairs = tok.packed_ids(pairs)
+    assert [(a.tolist(), b.tolist()) for a, b in packed_pairs] == tok.ids(pairs)
+    assert packed_pairs.lengths().tolist() == [3, 4]
+    assert len(tok.packed_ids([])) == 0
