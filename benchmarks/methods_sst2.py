@@ -36,8 +36,16 @@ SST2_TRAIN = 67_349
 # BiLSTM runs train on 10% of SST-2, which is also MixKD's "10%" setting; the tang
 # transfer set adds twice that many teacher-labelled variants.
 BILSTM_ROWS, AUG_ROWS, BERT_ROWS = SST2_TRAIN // 10, 2 * (SST2_TRAIN // 10), 2_000
-BILSTM = {"student": "bilstm", "epochs": 8, "patience": 3}
-BERT3 = {"student": {"name": "bert", "options": {"layers": 3}}, "epochs": 3, "batch_size": 32}
+# Each method alone, at fixed epochs: no augmentation and no time budget unless the
+# method is the augmentation (the distill defaults turn both on).
+PLAIN = {"augment": {"methods": []}, "time_budget": None}
+BILSTM = {"student": "bilstm", "epochs": 8, "patience": 3, **PLAIN}
+BERT3 = {
+    "student": {"name": "bert", "options": {"layers": 3}},
+    "epochs": 3,
+    "batch_size": 32,
+    **PLAIN,
+}
 
 # name → (section, train rows, config fields). Order matters: TAKD reads bert3/KD.
 METHODS: dict[str, tuple[str, int, dict[str, Any]]] = {
@@ -46,7 +54,7 @@ METHODS: dict[str, tuple[str, int, dict[str, Any]]] = {
     "bilstm/KD+tang": (
         "bilstm",
         BILSTM_ROWS,
-        {**BILSTM, "augment": {"methods": ["tang"], "max_rows": AUG_ROWS}},
+        {**BILSTM, "augment": {"methods": ["tang"], "n_iter": 20, "max_rows": AUG_ROWS}},
     ),
     "bilstm/KD+mixup": ("bilstm", BILSTM_ROWS, {**BILSTM, "augment": {"methods": ["mixup"]}}),
     # 5 annealing epochs (τ = 5..1), then 3 epochs of CE on gold labels.

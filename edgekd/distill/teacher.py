@@ -80,8 +80,16 @@ def teacher_logits(
     """Logits (N × C, float32) for `texts`, in their order, with a progress bar."""
     import torch
 
+    from edgekd.students.tokenizer import ENCODE_CHUNK
+
+    # Lengths a chunk at a time: one call over a million texts would hold every row's
+    # encoding at once (`ENCODE_CHUNK`).
     lengths = [
-        len(x) for x in tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+        len(x)
+        for a in range(0, len(texts), ENCODE_CHUNK)
+        for x in tokenizer(texts[a : a + ENCODE_CHUNK], truncation=True, max_length=max_length)[
+            "input_ids"
+        ]
     ]
     out = np.zeros((len(texts), model.config.num_labels), dtype=np.float32)
     with progress_bar() as bar, torch.inference_mode():

@@ -272,8 +272,11 @@ def needed_pieces(tok: StudentTokenizer, texts: list[str]) -> list[int]:
         raise ValueError(f"a {model['type']} vocabulary has no pieces to keep; use vocab 'word'")
     prefix = model["continuing_subword_prefix"]
     used: set[int] = {tok.pad_id}
-    for enc in tok.tokenizer.encode_batch(texts, add_special_tokens=False):
-        used.update(enc.ids)
+    for start in range(0, len(texts), ENCODE_CHUNK):  # Encodings are large: a chunk at a time
+        for enc in tok.tokenizer.encode_batch(
+            texts[start : start + ENCODE_CHUNK], add_special_tokens=False
+        ):
+            used.update(enc.ids)
     vocab = tok.tokenizer.get_vocab()
     specials = set(tok.tokenizer.get_added_tokens_decoder())
     words = used - specials  # the specials' brackets and letters are not characters in use

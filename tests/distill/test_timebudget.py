@@ -202,3 +202,17 @@ def test_time_budget_must_be_positive(minutes):
 
     with pytest.raises(ValidationError):
         DistillConfig(teacher="t", time_budget=minutes)
+
+
+def test_probe_batches_keep_only_full_batches_when_there_are_enough():
+    import random
+
+    from edgekd.distill.timebudget import MIN_FULL_BATCHES, probe_batches
+
+    # 10 full batches of length 3, and 7 lengths with 2 rows each (part-full batches).
+    lengths = [3] * (10 * 4) + [n for n in range(10, 17) for _ in range(2)]
+    batches = probe_batches(lengths, 4, random.Random(0))
+    assert len(batches) == 10 >= MIN_FULL_BATCHES
+    assert all(len(b) == 4 and {lengths[i] for i in b} == {3} for b in batches)
+    few = probe_batches([3] * 8 + [5, 6], 4, random.Random(0))  # 2 full: time them all
+    assert sorted(len(b) for b in few) == [1, 1, 4, 4]
