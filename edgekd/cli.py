@@ -336,7 +336,7 @@ def distill(
         help="Comma-separated: mask, pos, ngram, tang (all three), swap (a span from another "
         "text), minimax (pick the most divergent variants each epoch), mixup (MixKD); none: "
         "no augmentation. Their options: -s augment.methods.NAME.options.FIELD=VALUE.",
-        show_default="swap,tang",
+        show_default="tang",
     ),
     n_iter: int = field(AugmentConfig, "n_iter", "--n-iter"),
     max_augmented: int | None = field(
