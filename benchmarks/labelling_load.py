@@ -34,6 +34,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from distill_default import revision  # benchmarks/ is on the path of its own scripts
 
 REPO = Path(__file__).resolve().parents[1]
 LIBGOMP_DEFAULT = "300000"
@@ -114,22 +117,19 @@ def worker_train(args: argparse.Namespace) -> dict:
     batches = bucketed_batches(lengths, args.batch, random.Random(0), pool=50 if before else None)
     target = torch.randn(len(texts), 2)
 
-    def window(seconds: float) -> float:
-        rows, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            idx = batches[rows // args.batch % len(batches)]
-            enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in idx]).items()}
-            loss = ((model(**enc) - target[idx]) ** 2).mean()
-            loss.backward()
-            optim.step()
-            optim.zero_grad()
-            rows += len(idx)
-            if governor is not None:
-                governor.step(len(idx))
-        return rows / (time.perf_counter() - start)
+    done = [0]
 
-    window(1.0)  # warm-up
-    return {"rows_per_s": statistics.median(window(args.window) for _ in range(args.repeats))}
+    def step() -> int:
+        idx = batches[done[0] // args.batch % len(batches)]
+        enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in idx]).items()}
+        loss = ((model(**enc) - target[idx]) ** 2).mean()
+        loss.backward()
+        optim.step()
+        optim.zero_grad()
+        done[0] += len(idx)
+        return len(idx)
+
+    return rows_per_s(step, governor, args, warmup_s=1.0)
 
 
 def worker_finetune(args: argparse.Namespace) -> dict:
@@ -155,34 +155,36 @@ def worker_finetune(args: argparse.Namespace) -> dict:
     texts = sample_rows(args.shared, 2_000, seed=2)
     rng = random.Random(0)
 
+    def step() -> int:
+        batch = rng.sample(texts, cfg.batch_size)
+        enc = tok(batch, truncation=True, max_length=cfg.max_length, padding=True,
+                  return_tensors="pt")  # fmt: skip
+        y = torch.zeros(len(batch), dtype=torch.long)
+        loss = torch.nn.functional.cross_entropy(model(**enc).logits, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optim.step()
+        optim.zero_grad()
+        return len(batch)
+
+    return rows_per_s(step, governor, args, warmup_s=2.0)
+
+
+def rows_per_s(step: Any, governor: Any, args: argparse.Namespace, warmup_s: float) -> dict:
+    """Median rows/s of `step` (one optimiser step, returning its rows) over
+    `args.repeats` windows of `args.window` seconds, after a warm-up window."""
+
     def window(seconds: float) -> float:
         rows, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
-            batch = rng.sample(texts, cfg.batch_size)
-            enc = tok(batch, truncation=True, max_length=cfg.max_length, padding=True,
-                      return_tensors="pt")  # fmt: skip
-            y = torch.zeros(len(batch), dtype=torch.long)
-            loss = torch.nn.functional.cross_entropy(model(**enc).logits, y)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optim.step()
-            optim.zero_grad()
-            rows += len(batch)
+            n = step()
+            rows += n
             if governor is not None:
-                governor.step(len(batch))
+                governor.step(n)
         return rows / (time.perf_counter() - start)
 
-    window(2.0)  # warm-up
+    window(warmup_s)
     return {"rows_per_s": statistics.median(window(args.window) for _ in range(args.repeats))}
-
-
-def revision() -> str:
-    """The code a figure was measured with: the commit, `-dirty` with local changes."""
-    out = subprocess.run(
-        ["git", "describe", "--always", "--dirty", "--abbrev=12"],
-        cwd=REPO, capture_output=True, text=True,
-    )  # fmt: skip
-    return out.stdout.strip() or "unknown"
 
 
 def hog(seconds: float) -> subprocess.Popen:
