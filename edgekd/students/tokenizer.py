@@ -61,7 +61,7 @@ class PackedRows:
             return cls(np.zeros(0, np.int32), np.zeros(1, np.int64))
         starts = np.cumsum([0] + [len(p.flat) for p in parts[:-1]])
         offsets = np.concatenate(
-            [parts[0].offsets[:1] * 0]
+            [np.zeros(1, np.int64)]
             + [p.offsets[1:] - p.offsets[0] + s for p, s in zip(parts, starts, strict=True)]
         )
         flat = np.concatenate([p.flat[p.offsets[0] : p.offsets[-1]] for p in parts])
