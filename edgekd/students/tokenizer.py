@@ -57,6 +57,7 @@ class PackedRows:
 
     @classmethod
     def concat(cls, parts: list[PackedRows]) -> PackedRows:
+        """One-sided rows end to end (a pair's sides are packed and joined apart)."""
         if not parts:
             return cls(np.zeros(0, np.int32), np.zeros(1, np.int64))
         starts = np.cumsum([0] + [len(p.flat) for p in parts[:-1]])
@@ -65,10 +66,7 @@ class PackedRows:
             + [p.offsets[1:] - p.offsets[0] + s for p, s in zip(parts, starts, strict=True)]
         )
         flat = np.concatenate([p.flat[p.offsets[0] : p.offsets[-1]] for p in parts])
-        second = None
-        if parts[0].second is not None:
-            second = cls.concat([p.second for p in parts if p.second is not None])
-        return cls(flat, offsets, second)
+        return cls(flat, offsets)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
