@@ -1,7 +1,7 @@
 """The default student, tried as a new user would: SST-2 and CoLA, 3 seeds each.
 
     python benchmarks/distill_default.py [--shared ../shared] [--seeds 0 1 2]
-        [--tasks sst2 cola] [--no-growth] [--no-load]
+        [--tasks [sst2] [cola]] [--no-growth] [--no-load]
 
 Per task and seed, from a cold teacher-logit cache (a fresh $EDGEKD_CACHE per run),
 the commands of the README, each in its own process:
@@ -202,7 +202,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shared", type=Path, default=REPO.parent / "shared")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--tasks", nargs="+", default=["sst2", "cola"], choices=["sst2", "cola"])
+    # `--tasks` with none: the growth and load sections only.
+    p.add_argument("--tasks", nargs="*", default=["sst2", "cola"], choices=["sst2", "cola"])
     p.add_argument("--no-growth", action="store_true")
     p.add_argument("--no-load", action="store_true")
     args = p.parse_args()

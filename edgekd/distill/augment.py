@@ -18,7 +18,7 @@ import json
 import random
 import unicodedata
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field
@@ -316,22 +316,41 @@ def generate_with_sources(
     seed: int,
     known: Sequence[Any] = (),
 ) -> tuple[list[Any], list[int]]:
-    """`generate`, plus the index of the text each variant came from.
+    """`generate`, plus the index of the text each variant came from (`variants`,
+    collected)."""
+    out, sources = [], []
+    for variant, i in variants(texts, augmenter, n_iter, seed, known):
+        out.append(variant)
+        sources.append(i)
+    return out, sources
+
+
+def variants(
+    texts: Sequence[Any],
+    augmenter: Augmenter,
+    n_iter: int,
+    seed: int,
+    known: Sequence[Any] = (),
+) -> Iterator[tuple[Any, int]]:
+    """Each new variant of `texts` with the index of the text it came from, as made.
 
     Order is deterministic: iteration by iteration, text by text. A variant that
     two texts produce is kept once, for the first; one in `texts` or `known` (the
-    other training texts) is not kept.
+    other training texts) is not kept. Seen rows are remembered by an 8-byte digest,
+    not their text, so a caller that writes the variants away holds ~70 B per row.
     """
+    from edgekd.distill.transfer import digest
+
     rng = random.Random(seed)
-    seen = set(texts) | set(known)
-    out, sources = [], []
+    seen = {digest(t) for t in texts} | {digest(t) for t in known}
     for _ in range(n_iter):
         for i, variant in enumerate(augmenter(texts, rng)):
-            if all(x.strip() for x in sides_of([variant])) and variant not in seen:
-                seen.add(variant)
-                out.append(variant)
-                sources.append(i)
-    return out, sources
+            if not all(x.strip() for x in sides_of([variant])):
+                continue
+            d = digest(variant)
+            if d not in seen:
+                seen.add(d)
+                yield variant, i
 
 
 def pattern_tagger() -> Tagger:

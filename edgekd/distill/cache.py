@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ def teacher_fingerprint(name_or_path: str, model: Any | None = None) -> str:
 
 def cache_key(
     teacher_fp: str,
-    texts: list[Any],
+    texts: Sequence[Any],
     max_length: int,
     augmentation: str = "none",
     runtime: str = "torch",
@@ -63,11 +63,16 @@ def cache_key(
             }
         ).encode()
     )
+    hash_texts(h, texts)
+    return h.hexdigest()[:32]
+
+
+def hash_texts(h: Any, texts: Iterable[Any]) -> None:
+    """Feed `texts` to the hash `h` row by row (never as one string)."""
     for t in texts:
         # A pair's sides are joined by \x01, rows end in \x00: neither occurs in text.
         h.update((t if isinstance(t, str) else "\x01".join(t)).encode("utf-8"))
         h.update(b"\x00")
-    return h.hexdigest()[:32]
 
 
 def has_cached(cache_dir: Path, key: str) -> bool:

@@ -20,9 +20,11 @@ they are the reference the student is judged against. Texts are labelled once ea
 
 from __future__ import annotations
 
+import hashlib
+import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,8 +38,10 @@ from edgekd.distill.cache import (
     cached_logits,
     default_cache_dir,
     has_cached,
+    hash_texts,
     teacher_fingerprint,
 )
+from edgekd.distill.transfer import Chained, TextColumn, permute, write_column
 from edgekd.errors import EdgeKDError
 from edgekd.progress import console
 
@@ -49,6 +53,8 @@ CALIBRATION_ROWS = 2_000  # 1,000 rows pick the margin, 1,000 others measure it
 # Exporting and quantizing the teacher takes ~25 s on 2 cores; at ~470 rows/s (PyTorch)
 # vs ~1,300 (auto), labelling 20,000 rows saves ~27 s: below that, PyTorch labels.
 AUTO_MIN_ROWS = 20_000
+# Bump when the augmented-row files change meaning (transfer.py): old ones are ignored.
+TRANSFER_VERSION = 1
 MARGIN_SLACK = 1.5  # × the largest int8 margin seen on a disagreement: room for the tail
 
 
@@ -65,42 +71,64 @@ OnnxRuntime = Callable[[DistillConfig, str, str], OnnxTeacher]
 
 
 def augmented_texts(
-    cfg: DistillConfig, train_texts: list[str], tokenizer: Any
-) -> tuple[list[str], list[int]]:
+    cfg: DistillConfig, train_texts: list[Any], tokenizer: Any
+) -> tuple[TextColumn, np.ndarray]:
     """Every candidate extra row (deduplicated variants of the training texts) in a
-    seeded order and, per row, the index of the training text it came from. The run
-    keeps a prefix: `augment.max_rows`, or what its time budget affords."""
-    from edgekd.distill.augment import build_augmenter, generate_with_sources, methods_of_stage
+    seeded order and, per row, the index of the training text it came from (int32).
+    The run keeps a prefix: `augment.max_rows`, or what its time budget affords.
+
+    The rows are an Arrow file in the cache, memory-mapped (`transfer.py`): they are
+    generated once per (training texts, augmentation) and streamed to disk as they are
+    made, so a large augmentation costs disk, not memory."""
+    from edgekd.distill.augment import build_augmenter, methods_of_stage, text_key, variants
 
     if not methods_of_stage(cfg.augment.methods, "text"):
-        return [], []
+        return TextColumn.empty(), np.zeros(0, np.int32)
     mask = getattr(tokenizer, "mask_token", None) or "[MASK]"
-    augmenter = build_augmenter(cfg.augment, train_texts, mask)
-    # A phrase dataset already holds the parts of its sentences (n-gram variants, in
-    # effect): varying the parts again adds little, varying the sentences adds new rows.
-    if cfg.augment.sources == "maximal":
-        from edgekd.data import maximal_rows
+    h = hashlib.sha256(f"{TRANSFER_VERSION}\x00{text_key(cfg.augment)}\x00{mask}".encode())
+    hash_texts(h, train_texts)
+    path = cache_dir(cfg).parent / "transfer" / f"{h.hexdigest()[:32]}.arrow"
+    rows = TextColumn.read(path)  # None: not there yet, or damaged (it is only a cache)
+    if rows is None:
+        augmenter = build_augmenter(cfg.augment, train_texts, mask)
+        # A phrase dataset already holds the parts of its sentences (n-gram variants, in
+        # effect): varying the parts again adds little, varying the sentences adds new rows.
+        if cfg.augment.sources == "maximal":
+            from edgekd.data import maximal_rows
 
-        picked = maximal_rows(train_texts)
-    else:
-        picked = list(range(len(train_texts)))
-    with console.status(f"augmenting {len(picked):,} texts × {cfg.augment.n_iter}"):
-        rows, sources = generate_with_sources(
-            [train_texts[i] for i in picked],
-            augmenter,
-            cfg.augment.n_iter,
-            cfg.augment.seed,
-            known=train_texts,
-        )
-    sources = [picked[i] for i in sources]  # back to indices of train_texts
-    # A seeded order, so that any cap (`max_rows`, or what a time budget affords) keeps
-    # a prefix: a larger cap holds every row of a smaller one, and their labels.
-    order = random.Random(cfg.augment.seed).sample(range(len(rows)), len(rows))
-    rows, sources = [rows[i] for i in order], [sources[i] for i in order]
+            picked = maximal_rows(train_texts)
+        else:
+            picked = list(range(len(train_texts)))
+        made = path.with_name(f".{path.stem}.made-{os.getpid()}.arrow")
+        pairs = bool(train_texts) and not isinstance(train_texts[0], str)
+        try:
+            with console.status(f"augmenting {len(picked):,} texts × {cfg.augment.n_iter}"):
+                n = write_column(
+                    made,
+                    (
+                        (variant, picked[i])  # back to indices of train_texts
+                        for variant, i in variants(
+                            [train_texts[i] for i in picked],
+                            augmenter,
+                            cfg.augment.n_iter,
+                            cfg.augment.seed,
+                            known=train_texts,
+                        )
+                    ),
+                    pairs,
+                )
+                # A seeded order, so that any cap (`max_rows`, or what a time budget
+                # affords) keeps a prefix: a larger cap holds every row of a smaller
+                # one, and their labels.
+                order = np.array(random.Random(cfg.augment.seed).sample(range(n), n), np.int64)
+                permute(TextColumn(made), order, path)
+        finally:
+            made.unlink(missing_ok=True)
+        rows = TextColumn(path)
     console.print(
         f"augmentation {'+'.join(m.name for m in cfg.augment.methods)}: {len(rows):,} new rows"
     )
-    return rows, sources
+    return rows, rows.sources
 
 
 def cache_dir(cfg: DistillConfig) -> Path:
@@ -148,7 +176,7 @@ def pick_margin(fp32: np.ndarray, int8: np.ndarray) -> float:
     return float(MARGIN_SLACK * margins(int8)[wrong].max()) if wrong.any() else 0.0
 
 
-def calibration_sample(texts: list[Any], seed: int) -> list[Any]:
+def calibration_sample(texts: Sequence[Any], seed: int) -> list[Any]:
     return random.Random(seed).sample(texts, min(CALIBRATION_ROWS, len(texts)))
 
 
@@ -204,7 +232,7 @@ class Meter:
 def label_splits(
     cfg: DistillConfig,
     fingerprint: str,
-    splits: dict[str, list[Any]],
+    splits: dict[str, Sequence[Any]],
     labelers: dict[str, tuple[Labeler, str]],
     width: int,
     plan: AugmentedPlan | None = None,
@@ -225,9 +253,9 @@ def label_splits(
         started = time.perf_counter()
 
         def compute(
-            texts: list[Any] = texts, split: str = split, labeler: Labeler = labeler
+            texts: Sequence[Any] = texts, split: str = split, labeler: Labeler = labeler
         ) -> np.ndarray:
-            return labeler(texts, f"teacher logits ({split})")
+            return labeler(list(texts), f"teacher logits ({split})")
 
         out[split], hits[split] = cached_logits(
             cache_dir(cfg), split_key(cfg, fingerprint, split, texts, runtime), compute
@@ -251,7 +279,7 @@ class AugmentedPlan:
         self.limit, self.room = limit, room
 
 
-def augmented_chunks(texts: list[Any], limit: int | None) -> list[tuple[int, int]]:
+def augmented_chunks(texts: Sequence[Any], limit: int | None) -> list[tuple[int, int]]:
     """[start, stop) of each chunk of `texts[:limit]`, at fixed offsets so that a cap
     shares every whole chunk with a larger one (and its cached labels)."""
     n = len(texts) if limit is None else min(limit, len(texts))
@@ -261,7 +289,7 @@ def augmented_chunks(texts: list[Any], limit: int | None) -> list[tuple[int, int
 def label_chunks(
     cfg: DistillConfig,
     fingerprint: str,
-    texts: list[Any],
+    texts: Sequence[Any],
     labeler: Labeler,
     runtime: str,
     width: int,
@@ -281,7 +309,7 @@ def label_chunks(
         started = time.perf_counter()
 
         def compute(a: int = a, b: int = b) -> np.ndarray:
-            return labeler(texts[a:b], f"teacher logits (augmented {b:,} of {len(texts):,})")
+            return labeler(list(texts[a:b]), f"teacher logits (augmented {b:,} of {len(texts):,})")
 
         logits, hit = cached_logits(cache_dir(cfg), key, compute)
         if not hit:
@@ -292,7 +320,7 @@ def label_chunks(
 
 
 def split_key(
-    cfg: DistillConfig, fingerprint: str, split: str, texts: list[Any], runtime: str
+    cfg: DistillConfig, fingerprint: str, split: str, texts: Sequence[Any], runtime: str
 ) -> str:
     from edgekd.distill.augment import text_key
 
@@ -322,7 +350,7 @@ def cached_calibration(
 
 def teacher_labels(
     cfg: DistillConfig,
-    splits: dict[str, list[Any]],
+    splits: dict[str, Sequence[Any]],
     teacher: Any,
     tokenizer: Any,
     label_names: list[str],
@@ -384,7 +412,7 @@ def choose_labelers(
     cfg: DistillConfig,
     name: str,
     fingerprint: str,
-    splits: dict[str, list[Any]],
+    splits: dict[str, Sequence[Any]],
     model: Any,
     tokenizer: Any,
     onnx_runtime: OnnxRuntime | None,
@@ -401,17 +429,18 @@ def choose_labelers(
     if runtime == "torch":
         return torch_only({})
     transfer = {k: v for k, v in splits.items() if k != "dev"}
-    sample = calibration_sample([t for v in transfer.values() for t in v], cfg.seed)
+    # Drawn from the rows as one sequence, without copying them out of their files.
+    sample = calibration_sample(Chained(list(transfer.values())), cfg.seed)
     cal_key = cache_key(fingerprint, sample, cfg.teacher_max_length, "calibration")
     # auto's labels depend on the margin its calibration picks: the key names the sample.
     tag = f"auto:{cal_key[:16]}" if runtime == "auto" else runtime
     if runtime == "auto":
-        parts = [
+        parts = (  # one chunk's texts at a time
             (split, v[a:b])
             for split, v in transfer.items()
             for a, b in (augmented_chunks(v, limit) if split == "augmented" else [(0, len(v))])
-        ]
-        pending = sum(
+        )
+        pending: int = sum(
             len(v)
             for split, v in parts
             if not has_cached(cache_dir(cfg), split_key(cfg, fingerprint, split, v, tag))

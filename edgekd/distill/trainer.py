@@ -453,7 +453,7 @@ def build_extras(
     tok: StudentTokenizer,
     teacher: Any,
     teacher_tok: Any,
-    sources: list[int],
+    sources: np.ndarray,
     n_original: int,
     pairs: bool = False,
 ) -> Extras:

@@ -166,7 +166,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     dev_logits = logits["dev"]
     seconds["teacher_logits"] = time.perf_counter() - t
     candidates = len(extra)
-    extra, sources = extra[:kept], sources[:kept]
+    extra, sources = extra.head(kept), sources[:kept]
     time_plan = None
     if clock is not None and train_rate is not None:
         # A second probe, now that labelling is done, on the rows kept: the epochs are

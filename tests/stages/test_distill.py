@@ -134,6 +134,17 @@ def test_run_distill_adds_teacher_labelled_augmented_rows(tiny_teacher, tiny_dat
     assert again["n_augmented"] == m["n_augmented"] and again["cache_hits"]["augmented"] is True
 
 
+def test_run_distill_augments_sentence_pairs_side_by_side(tiny_teacher, pair_data, tmp_path):
+    # Pairs go to disk as two text columns and come back as (a, b) tuples: the teacher
+    # reads them joined, the siamese student side by side.
+    from edgekd.config import AugmentConfig
+
+    aug = AugmentConfig(methods=["mask"], n_iter=2)
+    m = run_distill(cfg(tiny_teacher, pair_data, augment=aug, epochs=1), tmp_path / "p")
+    assert m["n_augmented"] > m["n_train"] / 2 and m["cache_hits"]["augmented"] is False
+    assert m["history"][0]["transfer_rows"] == m["n_train"] + m["n_augmented"]
+
+
 def test_run_distill_capped_rerun_reads_the_uncapped_runs_chunks(
     tiny_teacher, tiny_data, tmp_path, monkeypatch
 ):
