@@ -17,8 +17,8 @@ accuracy that chose the epoch, wall time by phase and peak RSS. The SST-2 teache
 the reference one in ../shared/models; CoLA's is fine-tuned here by `edgekd teacher`
 (its defaults: the packaged MiniLM, 2 epochs) and kept in runs/bench-default.
 
-Then the cost growth of augmentation (4,000 SST-2 rows, `tang` with n_iter 1, 5 and
-20 over every row, one epoch: transfer rows, wall, peak RSS; the teacher labels with
+Then the cost growth of augmentation (4,000 SST-2 rows, `tang` with n_iter 1, 5, 20
+and 50 over every row, one epoch: transfer rows, wall, peak RSS; the teacher labels with
 its int8 ONNX at every size, where `auto` would pick PyTorch under 20,000 rows and
 the ONNX export over it, so the rows alone differ), and the labelling and
 training rates quiet and under a concurrent CPU load (benchmarks/labelling_load.py,
@@ -175,9 +175,9 @@ def one_run(task: str, teacher: Path, data: Path, seed: int, env: dict[str, str]
 
 
 def growth(shared: Path, env: dict[str, str]) -> list[dict]:
-    """4,000 SST-2 rows, tang over every row with n_iter 1 / 5 / 20, one epoch."""
+    """4,000 SST-2 rows, tang over every row with n_iter 1 / 5 / 20 / 50, one epoch."""
     rows = []
-    for n_iter, factor in ((1, "1×"), (5, "5×"), (20, "20×")):
+    for n_iter, factor in ((1, "1×"), (5, "5×"), (20, "20×"), (50, "50×")):
         cache = Path(tempfile.mkdtemp(prefix="edgekd-cold-"))
         out = RUNS / f"growth-{n_iter}"
         shutil.rmtree(out, ignore_errors=True)
