@@ -51,8 +51,9 @@ class TextColumn(Sequence[Any]):
         if table is None:
             table = pa.ipc.open_file(pa.memory_map(str(self.path), "r")).read_all()
         self.table = table
-        self._a = table.column("text")
+        self._a = table.column("text")  # KeyError when a file lacks a column
         self._b = table.column("text_b") if "text_b" in table.column_names else None
+        self._sources = table.column("source")
 
     @classmethod
     def read(cls, path: Path) -> TextColumn | None:
@@ -63,10 +64,9 @@ class TextColumn(Sequence[Any]):
         if not path.is_file():
             return None
         try:
-            column = cls(path)
-        except (OSError, pa.ArrowException):
+            return cls(path)
+        except (OSError, KeyError, pa.ArrowException):
             return None
-        return column if {"text", "source"} <= set(column.table.column_names) else None
 
     @classmethod
     def empty(cls) -> TextColumn:
@@ -81,7 +81,7 @@ class TextColumn(Sequence[Any]):
     @property
     def sources(self) -> np.ndarray:
         """Per row, the index of the training text it is a variant of (int32)."""
-        return np.asarray(self.table.column("source").to_numpy(), dtype=np.int32)
+        return np.asarray(self._sources.to_numpy(), dtype=np.int32)
 
     def head(self, n: int) -> TextColumn:
         """The first `n` rows, sharing this column's map."""

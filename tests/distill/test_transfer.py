@@ -67,6 +67,12 @@ def test_damaged_column_reads_as_none(tmp_path):
     write_column(path, ((t, 0) for t in ROWS), pairs=False)
     path.write_bytes(path.read_bytes()[:40])
     assert TextColumn.read(path) is None and TextColumn.read(tmp_path / "none") is None
+    import pyarrow as pa
+
+    other = tmp_path / "other.arrow"  # an Arrow file, but not one of these columns
+    with pa.OSFile(str(other), "wb") as sink, pa.ipc.new_file(sink, pa.schema([("x", pa.int8())])):
+        pass
+    assert TextColumn.read(other) is None
 
 
 def cfg(**augment) -> DistillConfig:
