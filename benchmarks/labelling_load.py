@@ -64,7 +64,7 @@ def worker_label(args: argparse.Namespace) -> dict:
 
     teacher = str(args.shared / "models" / "sst2-minilm-teacher")
     texts = sample_rows(args.shared, args.rows, seed=0)
-    cfg = DistillConfig(teacher=teacher, cache_dir=str(args.work / "cache" / "logits"))
+    cfg = DistillConfig(teacher=teacher, cache_dir=str(args.work / "cache"))
     model, tok = load_teacher(teacher)
     onnx = OnnxLabelers(cfg, teacher, "benchmark-reference-teacher")
     if args.runtime == "torch":

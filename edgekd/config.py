@@ -264,7 +264,11 @@ class DistillConfig(StrictModel):
     )
     teacher_batch_size: int = Field(64, ge=1, description="Rows per teacher forward pass.")
     teacher_max_length: int = Field(128, ge=8, description="Teacher tokens per example.")
-    cache_dir: str | None = Field(None, description="Teacher-logit cache folder.")
+    cache_dir: str | None = Field(
+        None,
+        description="edgekd's cache folder (teacher logits, ONNX teachers, augmented rows); "
+        "default $EDGEKD_CACHE or ~/.cache/edgekd.",
+    )
     seed: int = Field(0, description="Seed for subsampling, augmentation, init and batches.")
 
     @model_validator(mode="before")

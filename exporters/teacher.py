@@ -39,10 +39,10 @@ class OnnxLabelers:
     cached exports nothing. Each runs one single-thread session per available core."""
 
     def __init__(self, cfg: DistillConfig, name: str, fingerprint: str) -> None:
-        from edgekd.distill.labeling import cache_dir
+        from edgekd.distill.labeling import cache_root
 
         self.cfg, self.name = cfg, name
-        self.folder = cache_dir(cfg).parent / "teachers" / fingerprint[:32]
+        self.folder = cache_root(cfg) / "teachers" / fingerprint[:32]
         self.predictors: dict[str, OnnxPredictor] = {}
 
     def predictor(self, kind: str) -> OnnxPredictor:

@@ -22,9 +22,9 @@ from edgekd.io import sha256_file
 CACHE_VERSION = 1
 
 
-def default_cache_dir() -> Path:
-    root = os.environ.get("EDGEKD_CACHE") or Path.home() / ".cache" / "edgekd"
-    return Path(root) / "logits"
+def default_cache_root() -> Path:
+    """$EDGEKD_CACHE, else ~/.cache/edgekd."""
+    return Path(os.environ.get("EDGEKD_CACHE") or Path.home() / ".cache" / "edgekd")
 
 
 def teacher_fingerprint(name_or_path: str, model: Any | None = None) -> str:

@@ -36,7 +36,7 @@ from edgekd.config import DistillConfig
 from edgekd.distill.cache import (
     cache_key,
     cached_logits,
-    default_cache_dir,
+    default_cache_root,
     has_cached,
     hash_texts,
     teacher_fingerprint,
@@ -87,7 +87,7 @@ def augmented_texts(
     mask = getattr(tokenizer, "mask_token", None) or "[MASK]"
     h = hashlib.sha256(f"{TRANSFER_VERSION}\x00{text_key(cfg.augment)}\x00{mask}".encode())
     hash_texts(h, train_texts)
-    path = cache_dir(cfg).parent / "transfer" / f"{h.hexdigest()[:32]}.arrow"
+    path = cache_root(cfg) / "transfer" / f"{h.hexdigest()[:32]}.arrow"
     rows = TextColumn.read(path)  # None: not there yet, or damaged (it is only a cache)
     if rows is None:
         augmenter = build_augmenter(cfg.augment, train_texts, mask)
@@ -131,8 +131,16 @@ def augmented_texts(
     return rows, rows.sources
 
 
+def cache_root(cfg: DistillConfig) -> Path:
+    """edgekd's cache (`cache_dir`, else $EDGEKD_CACHE, else ~/.cache/edgekd): teacher
+    logits in logits/, ONNX teachers in teachers/, augmented rows in transfer/. Nothing
+    cached is written outside it."""
+    return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_root()
+
+
 def cache_dir(cfg: DistillConfig) -> Path:
-    return Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()
+    """The teacher-logit cache."""
+    return cache_root(cfg) / "logits"
 
 
 def deduplicated(labeler: Labeler) -> Labeler:

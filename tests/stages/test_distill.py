@@ -145,6 +145,24 @@ def test_run_distill_augments_sentence_pairs_side_by_side(tiny_teacher, pair_dat
     assert m["history"][0]["transfer_rows"] == m["n_train"] + m["n_augmented"]
 
 
+def test_run_distill_writes_every_cached_file_inside_the_cache_dir(
+    tiny_teacher, tiny_data, tmp_path
+):
+    # --cache-dir names the cache's root, as $EDGEKD_CACHE does: logits, the ONNX teacher
+    # and the augmented rows all go under it, never beside it.
+    from edgekd.config import AugmentConfig
+
+    aug = AugmentConfig(methods=["mask"], n_iter=2)
+    c = cfg(tiny_teacher, tiny_data, augment=aug, epochs=1, teacher_runtime="onnx")
+    run_distill(c.model_copy(update={"cache_dir": str(tmp_path / "mine")}), tmp_path / "s")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "s"]
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == [
+        "logits",
+        "teachers",
+        "transfer",
+    ]
+
+
 def test_run_distill_capped_rerun_reads_the_uncapped_runs_chunks(
     tiny_teacher, tiny_data, tmp_path, monkeypatch
 ):
