@@ -67,12 +67,16 @@ def cache_key(
     return h.hexdigest()[:32]
 
 
+def row_bytes(text: Any) -> bytes:
+    """A text or a pair as bytes: a pair's sides joined by \x01 (it never occurs in text)."""
+    return (text if isinstance(text, str) else "\x01".join(text)).encode("utf-8")
+
+
 def hash_texts(h: Any, texts: Iterable[Any]) -> None:
     """Feed `texts` to the hash `h` row by row (never as one string)."""
     for t in texts:
-        # A pair's sides are joined by \x01, rows end in \x00: neither occurs in text.
-        h.update((t if isinstance(t, str) else "\x01".join(t)).encode("utf-8"))
-        h.update(b"\x00")
+        h.update(row_bytes(t))
+        h.update(b"\x00")  # rows end in \x00: it never occurs in text
 
 
 def has_cached(cache_dir: Path, key: str) -> bool:

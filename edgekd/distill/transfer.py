@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from edgekd.distill.cache import row_bytes
+
 # Rows per Arrow record batch, and per chunk when a column is iterated or permuted:
 # ~4 MB of SST-2 text at a time.
 BATCH_ROWS = 65_536
@@ -35,11 +37,20 @@ def digest(text: Any) -> int:
     """An 8-byte digest of a text or a pair: stable across processes (Python's `hash`
     of a str is salted per process), so deduplication never depends on the run.
     Two distinct rows share a digest with probability ~n²/2⁶⁵: ~3e-6 at 10M rows."""
-    raw = text if isinstance(text, str) else "\x01".join(text)
-    return int.from_bytes(hashlib.blake2b(raw.encode("utf-8"), digest_size=8).digest(), "little")
+    return int.from_bytes(hashlib.blake2b(row_bytes(text), digest_size=8).digest(), "little")
 
 
-class TextColumn(Sequence[Any]):
+class Joinable(Sequence[Any]):
+    """`a + b` joins without copying (`Chained`), whichever side is a plain list."""
+
+    def __add__(self, other: Sequence[Any]) -> Chained:
+        return Chained([self, other])
+
+    def __radd__(self, other: Sequence[Any]) -> Chained:
+        return Chained([other, self])
+
+
+class TextColumn(Joinable):
     """Texts (or sentence pairs) with the index of the training text each came from,
     read from an Arrow IPC file through a memory map. Indexing gives a row, slicing a
     list of rows (only that slice becomes Python strings), `head(n)` a prefix view."""
@@ -111,14 +122,8 @@ class TextColumn(Sequence[Any]):
         for start in range(0, len(self), BATCH_ROWS):
             yield from self[start : start + BATCH_ROWS]
 
-    def __add__(self, other: Sequence[Any]) -> Chained:
-        return Chained([self, other])
 
-    def __radd__(self, other: Sequence[Any]) -> Chained:
-        return Chained([other, self])
-
-
-class Chained(Sequence[Any]):
+class Chained(Joinable):
     """Sequences end to end without copying them (training texts + augmented rows)."""
 
     def __init__(self, parts: Sequence[Sequence[Any]]) -> None:
@@ -151,12 +156,6 @@ class Chained(Sequence[Any]):
     def __iter__(self) -> Iterator[Any]:
         for part in self.parts:
             yield from part
-
-    def __add__(self, other: Sequence[Any]) -> Chained:
-        return Chained([self, other])
-
-    def __radd__(self, other: Sequence[Any]) -> Chained:
-        return Chained([other, self])
 
 
 def write_column(path: Path, rows: Iterable[tuple[Any, int]], pairs: bool) -> int:
@@ -199,7 +198,7 @@ def write_column(path: Path, rows: Iterable[tuple[Any, int]], pairs: bool) -> in
 
 def permute(column: TextColumn, order: np.ndarray, path: Path) -> None:
     """Write `column`'s rows in `order` to `path`, `BATCH_ROWS` at a time."""
-    pairs = column._b is not None
+    pairs = "text_b" in column.table.column_names
 
     def rows() -> Iterator[tuple[Any, int]]:
         sources = column.sources
