@@ -176,13 +176,20 @@ def alternate(fa, fb, runs: int, warmup: int, trials: int, seed: int) -> dict:
         for sink, fn in order:
             sink.append(time_runs(fn, per_trial, 0))
     ratios = [statistics.median(tb[i]) / statistics.median(ta[i]) for i in range(trials)]
+    # The same per trial pair for the tail: p90 over p90 (a trial of 20 calls gives its
+    # p90 from the two slowest; a regression gate on p90 reads this ratio).
+    p90 = [percentile(sorted(tb[i]), 90) / percentile(sorted(ta[i]), 90) for i in range(trials)]
     lo, hi = bootstrap_ci([ratios], seed)
+    lo90, hi90 = bootstrap_ci([p90], seed)
     return {
         "a": trial_stats(ta),
         "b": trial_stats(tb),
         "ratio_b_over_a": statistics.median(ratios),
         "ratio_ci95": [lo, hi],
         "trial_ratios": ratios,
+        "p90_ratio_b_over_a": statistics.median(p90),
+        "p90_ratio_ci95": [lo90, hi90],
+        "p90_trial_ratios": p90,
     }
 
 

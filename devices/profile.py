@@ -126,6 +126,7 @@ def combine_processes(runs: list[dict[str, Any]]) -> dict[str, Any]:
     from edgekd.devices.agent import bootstrap_ci
 
     groups = [r["vs"]["trial_ratios"] for r in runs]
+    p90 = [r["vs"]["p90_trial_ratios"] for r in runs]
     out = {**runs[0], "vs": {**runs[0]["vs"], "b": dict(runs[0]["vs"]["b"])}}
     for key in ("p50_ms", "p90_ms", "p99_ms", "iqr_ms", "load_ms"):
         out[key] = statistics.median(r[key] for r in runs)
@@ -136,6 +137,9 @@ def combine_processes(runs: list[dict[str, Any]]) -> dict[str, Any]:
         ratio_b_over_a=statistics.median(x for g in groups for x in g),
         ratio_ci95=list(bootstrap_ci(groups, seed=0)),
         process_ratios=[r["vs"]["ratio_b_over_a"] for r in runs],
+        p90_trial_ratios=[x for g in p90 for x in g],
+        p90_ratio_b_over_a=statistics.median(x for g in p90 for x in g),
+        p90_ratio_ci95=list(bootstrap_ci(p90, seed=0)),
         processes=len(runs),
     )
     return out

@@ -16,7 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    computed_field,
+    model_validator,
+)
 
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_write_text, read_json
@@ -218,6 +225,27 @@ class ExportReport(Artifact):
         return [folder / m.path for m in self.models.values()]
 
 
+class DevPredictions(Artifact):
+    """`predictions.json`: every exported model's label on every dev row, beside the
+    gold labels and PyTorch's. It lets `edgekd check --baseline` judge accuracy and
+    agreement per row (paired) against another export scored on the same rows."""
+
+    FILE: ClassVar[str] = "predictions.json"
+    MADE_BY: ClassVar[str] = "edgekd export"
+    kind: Literal["predictions"] = "predictions"
+    rows_sha256: str = Field(..., description="The dev texts and gold labels, in order.")
+    labels: list[int]  # gold label ids, in the student's label order
+    reference: list[int]  # the PyTorch student's argmax on the same rows
+    models: dict[Literal["fp32", "int8"], list[int]]
+
+    @model_validator(mode="after")
+    def _one_row_each(self) -> DevPredictions:
+        lengths = {len(self.reference), *(len(p) for p in self.models.values())}
+        if lengths != {len(self.labels)}:
+            raise ValueError(f"{len(self.labels)} labels but predictions of lengths {lengths}")
+        return self
+
+
 # ------------------------------------------------------------------ profile
 
 
@@ -309,6 +337,72 @@ def show(value: float, unit: str) -> str:
     return f"{value:,.4g} {unit}".strip()
 
 
+class RegressionResult(BaseModel):
+    """One metric of this run against a baseline's (`edgekd check --baseline`).
+
+    `worse` is how much worse this run is, in the margin's unit: a fraction of the
+    baseline for latency and bytes (0.07: 7% slower), a drop of 0..1 for accuracy and
+    agreement. A regression is called when `ci95` (the 95% interval of `worse`) lies
+    wholly above `margin`; a metric measured exactly (bytes) has no interval and its
+    point value is judged. None anywhere it is needed: not measured, the check fails.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    limit: str  # the budget field, e.g. max_latency_regression
+    metric: str  # p50_ms, p90_ms, bytes, accuracy, agreement
+    unit: str  # of baseline and now
+    margin: float
+    baseline: float | None = None
+    now: float | None = None
+    worse: float | None = None
+    ci95: tuple[float, float] | None = None
+    how: str = ""  # how it was measured, for people: "side by side, 3 processes"
+    note: str | None = None  # why it was not measured, with the fix
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def passed(self) -> bool:
+        if self.worse is None:
+            return False
+        low = self.ci95[0] if self.ci95 is not None else self.worse
+        return low <= self.margin
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def status(self) -> str:
+        return "missing" if self.worse is None else ("pass" if self.passed else "FAIL")
+
+    def relative(self) -> bool:
+        """Latency and bytes are judged relative to the baseline, accuracy absolutely."""
+        return self.metric not in ("accuracy", "agreement")
+
+    def change_text(self) -> str:
+        """Now against the baseline, signed: +7.0% for latency, −0.34 pt for accuracy."""
+        if self.worse is None:
+            return "—"
+        if self.relative():
+            text = f"{100 * self.worse:+.1f}%"
+            if self.ci95 is not None:
+                text += f" [{100 * self.ci95[0]:+.1f}, {100 * self.ci95[1]:+.1f}]"
+            return text
+        # Points of accuracy, now − baseline (+ 0.0 turns −0.0 into 0.0 for printing).
+        text = f"{-100 * self.worse + 0.0:+.2f} pt"
+        if self.ci95 is not None:
+            lo, hi = (-100 * c + 0.0 for c in reversed(self.ci95))
+            text += f" [{lo:+.2f}, {hi:+.2f}]"
+        return text
+
+    def margin_text(self) -> str:
+        if self.relative():
+            return f"≤ +{100 * self.margin:g}%"
+        return f"drop ≤ {100 * self.margin:g} pt"
+
+    def value_text(self, value: float | None) -> str:
+        if value is None:
+            return "—"
+        return show(value, self.unit) if self.relative() else f"{value:.4f}"
+
+
 class CheckResult(Artifact):
     """`edgekd check`'s verdict: the same shape from the CLI, a recipe or quickstart."""
 
@@ -321,6 +415,8 @@ class CheckResult(Artifact):
     device: str | None = None
     passed: bool
     limits: list[LimitResult]
+    baseline: str | None = Field(None, description="The baseline compared against, if any.")
+    regressions: list[RegressionResult] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 
     @staticmethod
@@ -385,6 +481,9 @@ class BundleManifest(Artifact):
     accuracy: float | None = None
     labels: list[str]
     profile: ProfileResult | None = None
+    # The shipped model's dev predictions (one model under its kind), so a bundle can
+    # be a baseline whose accuracy is compared row by row.
+    predictions: DevPredictions | None = None
 
 
 class TrimReport(Artifact):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from edgekd.artifacts import (
     MODEL_FILES,
@@ -23,6 +23,23 @@ from edgekd.artifacts import (
 )
 from edgekd.config import StrictModel, apply_sets, load_yaml, validate
 from edgekd.errors import EdgeKDError
+
+
+def fraction(value: Any) -> Any:
+    """A margin as a fraction: "5%" is 0.05, 0.05 is 0.05. A bare number of 1 or more
+    is refused (is `5` five percent or 500%?): write "5%" or 0.05."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            return float(value.strip()[:-1]) / 100
+        except ValueError:
+            raise ValueError(f"{value!r} is not a percentage; write e.g. 5%") from None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1:
+        raise ValueError(f"{value} is ambiguous; write a percentage ({value}%) or a fraction")
+    return value
+
+
+# A regression margin: "5%" or 0.05, never negative.
+Margin = Annotated[float, BeforeValidator(fraction), Field(ge=0)]
 
 
 class Budget(StrictModel):
@@ -47,6 +64,20 @@ class Budget(StrictModel):
     max_init_ms: float | None = Field(None, gt=0, description="Model load time, ms.")
     min_agreement: float | None = Field(
         None, ge=0, le=1, description="Share of dev rows where ONNX and PyTorch agree, 0..1."
+    )
+    # Against a baseline (`edgekd check --baseline`): how much worse this run may be.
+    max_latency_regression: Margin | None = Field(
+        None,
+        description='p50 and p90 latency over the baseline\'s, timed side by side: "5%".',
+    )
+    max_bytes_regression: Margin | None = Field(
+        None, description='Model file size over the baseline\'s: "1%".'
+    )
+    max_accuracy_drop: Margin | None = Field(
+        None, description='Dev accuracy below the baseline\'s, per row: "0.5%" (0.5 pt).'
+    )
+    max_agreement_drop: Margin | None = Field(
+        None, description='ONNX–PyTorch agreement below the baseline\'s, per row: "0.5%".'
     )
     device: str | None = Field(
         None, description="Device the latency/memory limits apply to (profiles say theirs)."
@@ -87,6 +118,24 @@ LIMITS: dict[str, tuple[str, Literal["<=", ">="], str]] = {
 }
 
 
+# baseline margin field → the metrics it judges
+REGRESSIONS: dict[str, tuple[str, ...]] = {
+    "max_latency_regression": ("p50_ms", "p90_ms"),
+    "max_bytes_regression": ("bytes",),
+    "max_accuracy_drop": ("accuracy",),
+    "max_agreement_drop": ("agreement",),
+}
+# What `--baseline` judges when the budget sets no margin: 5% latency (the side-by-side
+# interval on an idle core here is ~±2%, so 5% is a change, not noise), 1% bytes, and
+# any accuracy or agreement drop the dev rows can tell from chance.
+DEFAULT_MARGINS = {
+    "max_latency_regression": 0.05,
+    "max_bytes_regression": 0.01,
+    "max_accuracy_drop": 0.0,
+    "max_agreement_drop": 0.0,
+}
+
+
 def evaluate(budget: Budget, metrics: dict[str, float | None]) -> list[LimitResult]:
     """One result per limit set in `budget`, in declaration order."""
     results = []
@@ -117,8 +166,9 @@ def load_budget(path: str | Path, sets: dict[str, Any] | None = None) -> Budget:
     for name in budget.devices:
         budget.for_device(name)  # a bad per-device field fails here, with exit 2
     limits = [budget] + [budget.for_device(n) for n in budget.devices]
-    if not any(getattr(b, f) is not None for b in limits for f in LIMITS):
-        raise EdgeKDError(f"{path} sets no limit; set at least one of {', '.join(LIMITS)}", 2)
+    fields = [*LIMITS, *REGRESSIONS]
+    if not any(getattr(b, f) is not None for b in limits for f in fields):
+        raise EdgeKDError(f"{path} sets no limit; set at least one of {', '.join(fields)}", 2)
     return budget
 
 

@@ -809,12 +809,40 @@ def profile(
 @user_errors
 def check(
     artifacts: list[Path] = typer.Argument(..., help="Artifact folders (export, profiles)."),
-    budget: Path = typer.Option(..., "--budget", help="Budget YAML (examples/budget.yaml)."),
+    budget: Path | None = typer.Option(
+        None,
+        "--budget",
+        help="Budget YAML (examples/budget.yaml).",
+        show_default="none: --baseline's default margins",
+    ),
+    baseline: Path | None = typer.Option(
+        None,
+        "--baseline",
+        help="A previous run's export folder, bundle (folder or .zip) or profile JSON: fail "
+        "on a regression beyond the budget's margins (max_latency_regression: 5%, ...).",
+        show_default="none: limits only",
+    ),
     device: str | None = typer.Option(
         None,
         "--device",
-        help="Apply this device's limits: the budget's `devices:` entry, else the spec's.",
+        help="Apply this device's limits: the budget's `devices:` entry, else the spec's. "
+        "--baseline: time both models there.",
         show_default="none: the top-level limits",
+    ),
+    host: str | None = typer.Option(
+        None, "--host", help="[USER@]HOST for an ssh device.", show_default="the spec's"
+    ),
+    runs: int = typer.Option(
+        400, "--runs", min=1, help="--baseline: timed runs per model per process."
+    ),
+    trials: int = typer.Option(
+        10, "--trials", min=2, help="--baseline: trials per process (ratio pairs)."
+    ),
+    processes: int = typer.Option(
+        3, "--processes", min=1, help="--baseline: agent processes; the interval spans them."
+    ),
+    seq_len: int = typer.Option(
+        64, "--seq-len", min=1, help="--baseline: tokens per synthetic input."
     ),
     json_out: str | None = typer.Option(
         None, "--json", help="Write results as JSON ('-': stdout).", show_default="none"
@@ -834,20 +862,45 @@ def check(
         help="Write github-action-benchmark customSmallerIsBetter JSON.",
         show_default="none",
     ),
+    bmf: Path | None = typer.Option(
+        None, "--bmf", help="Write Bencher Metric Format JSON.", show_default="none"
+    ),
+    markdown: Path | None = typer.Option(
+        None,
+        "--markdown",
+        help="Write the verdict as Markdown (a PR comment): baseline → now, change, verdict.",
+        show_default="none",
+    ),
     set_: list[str] | None = SETS,
 ) -> None:
-    """Check measured metrics against a budget: exit 0 if all hold, 1 if any fails.
-    `-s` sets a budget field over the file's: max_p90_ms=5, devices.rpi4.max_bytes=2e6."""
+    """Check measured metrics against a budget and/or a baseline: exit 0 if all hold,
+    1 if any fails. `-s` sets a budget field over the file's: max_p90_ms=5,
+    devices.rpi4.max_bytes=2e6, max_latency_regression=10%."""
     from edgekd.stages.check import check as run_check
     from edgekd.stages.check import write_ci_outputs
 
-    result = run_check(budget, artifacts, device=device, sets=parse_sets(set_))
+    if runs < trials:
+        raise EdgeKDError(f"--runs {runs} < --trials {trials}: each trial needs a run")
+    for flag, path in (("--baseline", baseline), ("--budget", budget)):
+        if path is not None and not path.exists():
+            raise EdgeKDError(f"{flag} {path} does not exist; check the path")
+    timing = ProfileConfig(
+        devices=[device or "local-cpu"],
+        hosts={device: host} if device and host else {},
+        runs=runs,
+        trials=trials,
+        seq_lens=[seq_len],
+        processes=processes,
+    )
+    result = run_check(
+        budget, artifacts, device=device, sets=parse_sets(set_), baseline=baseline, timing=timing
+    )
     summary = os.environ.get("GITHUB_STEP_SUMMARY") if github_summary else None
-    write_ci_outputs(result, junit, bench_json, summary)
+    write_ci_outputs(result, junit, bench_json, summary, bmf, markdown)
     if json_out == "-":
         typer.echo(result.model_dump_json(indent=2))
     else:
-        print_check(result.limits, result.title())
+        print_check(result)
         if json_out:
             result.write(Path(json_out))
     raise typer.Exit(0 if result.passed else 1)

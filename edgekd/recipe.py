@@ -510,7 +510,7 @@ def check(
             result = check(
                 budget, dirs, tmp, spec.name, threads or spec.threads, defaults=spec.budget
             )
-            print_check(result.limits, result.title())
+            print_check(result)
 
 
 def checks_of(folder: Path) -> list[CheckResult]:

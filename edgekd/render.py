@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from edgekd.artifacts import ExportReport, QuickstartSummary
+from edgekd.artifacts import CheckResult, ExportReport, QuickstartSummary
 
 
 def print_profile(r: dict[str, Any]) -> None:
@@ -92,22 +92,43 @@ def print_vs(r: dict[str, Any]) -> None:
     )
 
 
-def print_check(results: list[Any], title: str) -> None:
+def print_check(result: CheckResult) -> None:
+    """The verdict as tables: the baseline comparison first (when there is one), then
+    the limits; each note (why a metric was not measured) on a line of its own."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title)
-    for col in ("limit", "threshold", "measured", "status"):
-        table.add_column(col)
-    for r in results:
-        style = "green" if r.passed else "bold red"
-        table.add_row(
-            r.limit,
-            r.threshold_text(),
-            r.measured_text(),
-            f"[{style}]{r.status}[/]",
-        )
-    Console().print(table)
+    console = Console()
+    if result.baseline is not None:
+        table = Table(title=f"{result.title()} against {result.baseline}")
+        for col in ("metric", "baseline", "now", "change [95% CI]", "allowed", "status"):
+            table.add_column(col)
+        for r in result.regressions:
+            style = "green" if r.passed else "bold red"
+            table.add_row(
+                r.metric,
+                r.value_text(r.baseline),
+                r.value_text(r.now),
+                r.change_text(),
+                r.margin_text(),
+                f"[{style}]{r.status}[/]",
+            )
+        console.print(table)
+    if result.limits:
+        table = Table(title=result.title())
+        for col in ("limit", "threshold", "measured", "status"):
+            table.add_column(col)
+        for limit in result.limits:
+            style = "green" if limit.passed else "bold red"
+            table.add_row(
+                limit.limit,
+                limit.threshold_text(),
+                limit.measured_text(),
+                f"[{style}]{limit.status}[/]",
+            )
+        console.print(table)
+    for note in result.notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
 
 
 def print_export(r: ExportReport, out: Path) -> None:

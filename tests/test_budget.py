@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from edgekd.artifacts import CheckResult
 from edgekd.budget import Budget, collect_metrics, evaluate, load_budget
 from edgekd.errors import EdgeKDError
 
@@ -138,7 +139,8 @@ def test_junit_xml_has_one_case_per_limit_and_counts_failures():
     results = evaluate(
         Budget(max_bytes=10, min_accuracy=0.9, max_p90_ms=1), {"bytes": 5, "accuracy": 0.8}
     )
-    suite = ET.fromstring(junit_xml(results, "edgekd budget"))
+    result = CheckResult(model="int8", passed=False, limits=results)
+    suite = ET.fromstring(junit_xml(result))
     assert suite.get("tests") == "3" and suite.get("failures") == "2"
     cases = {c.get("name"): c.find("failure") for c in suite.iter("testcase")}
     assert cases["max_bytes"] is None

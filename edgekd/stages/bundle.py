@@ -26,6 +26,7 @@ from edgekd.artifacts import (
     TOKENIZER,
     BundleFile,
     BundleManifest,
+    DevPredictions,
     ExportReport,
     ProfileResult,
     StudentMeta,
@@ -77,6 +78,11 @@ def make_bundle(
         if isinstance(prof := read_profile(path), ProfileResult)
         and Path(prof.model).name == source.name
     ]
+    predictions = None
+    if DevPredictions.path(export_dir).is_file():  # older exports have none
+        every = DevPredictions.read(export_dir)
+        if model in every.models:
+            predictions = every.model_copy(update={"models": {model: every.models[model]}})
     with atomic_dir(out_dir, overwrite) as tmp:
         shutil.copy(source, tmp / MODEL)
         for name in (TOKENIZER, StudentMeta.FILE):
@@ -95,6 +101,7 @@ def make_bundle(
             teacher_accuracy=report.teacher_accuracy,
             quantizer=entry.get("quantizer"),
             profile=profiles[-1] if profiles else None,
+            predictions=predictions,
         ).write(tmp)
     tmp_zip = archive.with_name(f".{archive.name}.tmp")
     with zipfile.ZipFile(tmp_zip, "w", zipfile.ZIP_DEFLATED) as z:
@@ -138,6 +145,7 @@ class Bundle:
             raise EdgeKDError(
                 f"{path} is not an edgekd bundle (no {MANIFEST}); see `edgekd bundle`"
             )
+        self.folder = folder  # a .zip's files live here until this object goes
         self.manifest = verify(folder)
         self.predictor = OnnxPredictor(folder / MODEL, threads=threads)
         self.label_names = self.predictor.label_names

@@ -11,8 +11,16 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
-from edgekd.artifacts import CONFIG, MODEL_FILES, DistillMetrics, ExportReport, StudentMeta
+from edgekd.artifacts import (
+    CONFIG,
+    MODEL_FILES,
+    DevPredictions,
+    DistillMetrics,
+    ExportReport,
+    StudentMeta,
+)
 from edgekd.config import DataConfig, DistillConfig, ExportConfig, load_yaml, save_config, validate
 from edgekd.data import align_labels, load_task
 from edgekd.errors import EdgeKDError
@@ -28,6 +36,19 @@ def student_data_config(student_dir: Path) -> DataConfig | None:
     if not path.is_file():
         return None
     return validate(DistillConfig, load_yaml(path), str(path)).data
+
+
+def rows_sha256(texts: list[Any], labels: list[int]) -> str:
+    """Which dev rows predictions were made on: their texts and gold labels, in order.
+    Two exports with the same digest can be compared row by row."""
+    import hashlib
+
+    from edgekd.distill.cache import hash_texts
+
+    h = hashlib.sha256()
+    hash_texts(h, texts)
+    h.update(",".join(str(int(y)) for y in labels).encode())
+    return h.hexdigest()
 
 
 def export(
@@ -90,9 +111,11 @@ def export(
             exporter.static_source.unlink(missing_ok=True)
         report["formats"] = [f.name for f in wanted]
         report["seconds_export"] = round(time.perf_counter() - t, 2)
+        predictions: dict[str, list[int]] = {}
         for name, entry in report["models"].items():
             path = tmp / MODEL_FILES[name]
             result = job.dev_score(path)
+            predictions[name] = result["predictions"].tolist()
             entry.update(
                 path=path.name,
                 bytes=tree_bytes(path),
@@ -105,6 +128,12 @@ def export(
                 report["models"]["fp32"]["accuracy"] - report["models"]["int8"]["accuracy"]
             )
         result = ExportReport.model_validate(report)
+        DevPredictions(
+            rows_sha256=rows_sha256(task.dev.texts, task.dev.labels),
+            labels=[int(y) for y in task.dev.labels],
+            reference=ref["predictions"].tolist(),
+            models=predictions,  # type: ignore[arg-type]  # keys are the models' kinds
+        ).write(tmp)
         save_config(cfg, tmp / CONFIG)
         result.write(tmp)
     return result

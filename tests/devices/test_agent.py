@@ -160,6 +160,8 @@ def test_alternate_interleaves_trials_abba_and_reports_ratio():
     assert "".join(calls) == "ab" + "abbaabba"
     assert out["a"]["trials"] == out["b"]["trials"] == 4
     assert len(out["trial_ratios"]) == 4 and out["ratio_ci95"][0] <= out["ratio_ci95"][1]
+    assert len(out["p90_trial_ratios"]) == 4
+    assert out["p90_ratio_ci95"][0] <= out["p90_ratio_b_over_a"] <= out["p90_ratio_ci95"][1]
 
 
 @pytest.fixture

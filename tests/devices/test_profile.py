@@ -8,6 +8,7 @@ def fake_run(ratios, p50):
     stats = {"p50_ms": p50, "p90_ms": p50, "p99_ms": p50, "iqr_ms": 0.0, "load_ms": 1.0}
     b = {**stats, "p50_ms": p50 * 2}
     vs = {"b": b, "trial_ratios": ratios, "ratio_b_over_a": sorted(ratios)[1]}
+    vs["p90_trial_ratios"] = [r + 1 for r in ratios]  # tails: another series, pooled alike
     return {**stats, "peak_rss_mb": 50.0 + p50, "vs": vs}
 
 
@@ -18,6 +19,8 @@ def test_combine_processes_pools_ratios_and_keeps_per_process_medians():
     assert out["vs"]["ratio_b_over_a"] == pytest.approx((2.1 + 2.2) / 2)  # pooled median
     lo, hi = out["vs"]["ratio_ci95"]
     assert lo < 2.0 and hi > 2.3  # spans both processes, not one process's ±0.1
+    assert out["vs"]["p90_ratio_b_over_a"] == pytest.approx((3.1 + 3.2) / 2)
+    assert out["vs"]["p90_ratio_ci95"][0] < 3.0 and out["vs"]["p90_ratio_ci95"][1] > 3.3
     assert out["p50_ms"] == 2.0 and out["vs"]["b"]["p50_ms"] == 4.0
     assert out["peak_rss_mb"] == 53.0
     assert "processes" not in runs[0]["vs"]  # the inputs are left as they were
