@@ -193,17 +193,28 @@ def alternate(fa, fb, runs: int, warmup: int, trials: int, seed: int) -> dict:
     }
 
 
-def end_to_end(
-    session,
-    tokenizer_path: str,
-    texts: list[str],
-    max_length: int,
-    special: bool,
-    runs: int,
-    warmup: int,
-    trials: int,
-) -> dict:
-    """Tokenize + infer one text at a time, cycling through `texts`."""
+def takes_text(session) -> bool:
+    """Whether the model reads strings (a `model.e2e.onnx`: its tokenizer is inside)."""
+    return any(i.type == "tensor(string)" for i in session.get_inputs())
+
+
+def text_call(session, texts: list[str]):
+    """One call per text, cycling: a line "first<TAB>second" is a pair."""
+    import numpy as np
+
+    name = session.get_inputs()[0].name
+    rows = [np.array(t.split("\t")) for t in texts]
+    state = {"i": 0}
+
+    def one() -> None:
+        session.run(None, {name: rows[state["i"] % len(rows)]})
+        state["i"] += 1
+
+    return one
+
+
+def tokenized_call(session, tokenizer_path: str, texts: list[str], max_length: int, special: bool):
+    """Tokenize + infer one text per call, cycling through `texts`."""
     import numpy as np
     from tokenizers import Tokenizer
 
@@ -234,6 +245,21 @@ def end_to_end(
             feed["token_type_ids"] = np.array([types], dtype=np.int64)
         session.run(None, {k: v for k, v in feed.items() if k in names})
 
+    return one
+
+
+def end_to_end(
+    session,
+    tokenizer_path: str,
+    texts: list[str],
+    max_length: int,
+    special: bool,
+    runs: int,
+    warmup: int,
+    trials: int,
+) -> dict:
+    """Tokenize + infer one text at a time, cycling through `texts`."""
+    one = tokenized_call(session, tokenizer_path, texts, max_length, special)
     return trial_stats(timed_trials(one, runs, warmup, trials))
 
 
@@ -251,8 +277,32 @@ def open_session(ort, path: str, threads: int, provider: str):
         ["CPUExecutionProvider"] if provider != "CPUExecutionProvider" else []
     )
     t = time.perf_counter()
-    session = ort.InferenceSession(path, options, providers=providers)
+    try:
+        session = ort.InferenceSession(path, options, providers=providers)
+    except Exception as e:
+        # A model.e2e.onnx: its tokenizer ops come from onnxruntime-extensions, loaded
+        # only for it (the library adds ~3 MB, which a plain model's RSS must not carry).
+        library = extensions_library()
+        if "ai.onnx.contrib" not in str(e) or library is None:
+            raise
+        t = time.perf_counter()
+        options.register_custom_ops_library(library)
+        session = ort.InferenceSession(path, options, providers=providers)
     return session, (time.perf_counter() - t) * 1000.0
+
+
+def extensions_library():
+    """onnxruntime-extensions' operator library, found without importing the package
+    (its import pulls in onnx and more: ~3 s and ~300 MB). None: not installed.
+    edgekd.students.predict has the same lookup; this agent must stand alone."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("onnxruntime_extensions")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for name in sorted(os.listdir(folder)):
+            if name.startswith("_extensions_pydll") and name.endswith((".so", ".pyd", ".dylib")):
+                return os.path.join(folder, name)
+    return None
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -273,6 +323,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--tokenizer", help="tokenizer.json for end-to-end timing")
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--special-tokens", action="store_true")
+    p.add_argument("--vs-tokenizer", help="--vs model's tokenizer.json: both timed end to end")
+    p.add_argument("--vs-max-length", type=int, default=128)
+    p.add_argument("--vs-special-tokens", action="store_true")
     p.add_argument("--out", help="also write the JSON here")
     args = p.parse_args(argv)
 
@@ -292,7 +345,12 @@ def main(argv: list[str] | None = None) -> dict:
             ) from None
     rss_before = peak_rss_mb()
     session, load_ms = open_session(ort, args.model, args.threads, args.provider)
-    feed = synthetic_feed(session, args.seq_len, args.vocab_size, args.seed)
+    texts = []
+    if args.texts:
+        with open(args.texts, encoding="utf-8") as f:
+            texts = [line.rstrip("\n") for line in f if line.strip()]
+    if takes_text(session) and not texts:
+        raise SystemExit(f"{args.model} reads strings: pass --texts")
     result = {
         "model": os.path.abspath(args.model),
         "bytes": os.path.getsize(args.model),
@@ -309,27 +367,44 @@ def main(argv: list[str] | None = None) -> dict:
     if args.vs:
         other, other_load = open_session(ort, args.vs, args.threads, args.provider)
         vocab = args.vs_vocab_size or args.vocab_size
-        other_feed = synthetic_feed(other, args.seq_len, vocab, args.seed)
+        # End to end (string in, label out) when either side reads strings: both sides
+        # then take the same texts, each through its own tokenizer or its graph's.
+        text_mode = takes_text(session) or takes_text(other)
+        if text_mode and not texts:
+            raise SystemExit("a model that reads strings is timed on texts: pass --texts")
+
+        def call(sess, vocab_size, tokenizer, max_length, special):
+            if takes_text(sess):
+                return text_call(sess, texts)
+            if text_mode:
+                if not tokenizer:
+                    raise SystemExit("timing a model end to end needs its tokenizer.json")
+                return tokenized_call(sess, tokenizer, texts, max_length, special)
+            feed = synthetic_feed(sess, args.seq_len, vocab_size, args.seed)
+            return lambda: sess.run(None, feed)
+
         cmp = alternate(
-            lambda: session.run(None, feed),
-            lambda: other.run(None, other_feed),
+            call(session, args.vocab_size, args.tokenizer, args.max_length, args.special_tokens),
+            call(other, vocab, args.vs_tokenizer, args.vs_max_length, args.vs_special_tokens),
             args.runs,
             args.warmup,
             args.trials,
             args.seed,
         )
-        result.update(cmp.pop("a"), load_ms=load_ms)
+        result.update(cmp.pop("a"), load_ms=load_ms, end_to_end_timing=text_mode)
         cmp["b"].update(
             model=os.path.abspath(args.vs), bytes=os.path.getsize(args.vs), load_ms=other_load
         )
         result["vs"] = cmp
+    elif takes_text(session):  # string in, label out: the timing is end to end already
+        ms = timed_trials(text_call(session, texts), args.runs, args.warmup, args.trials)
+        result.update(trial_stats(ms), load_ms=load_ms, end_to_end_timing=True)
     else:
+        feed = synthetic_feed(session, args.seq_len, args.vocab_size, args.seed)
         ms = timed_trials(lambda: session.run(None, feed), args.runs, args.warmup, args.trials)
         result.update(trial_stats(ms), load_ms=load_ms)
     result.update(onnxruntime=ort.__version__, cpu=cpu_model(), machine=platform.machine())
-    if args.texts and args.tokenizer and not args.vs:
-        with open(args.texts, encoding="utf-8") as f:
-            texts = [line.rstrip("\n") for line in f if line.strip()]
+    if texts and args.tokenizer and not args.vs and not takes_text(session):
         result["end_to_end"] = end_to_end(
             session,
             args.tokenizer,

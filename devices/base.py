@@ -21,7 +21,13 @@ from edgekd.registry import DEVICES, Component, NoOptions
 
 SPEC_DIR = Path(__file__).parent / "specs"
 AGENT = Path(__file__).parent / "agent.py"
-STAGED_SUFFIX = {"model": ".onnx", "vs": ".onnx", "texts": ".txt", "tokenizer": ".json"}
+STAGED_SUFFIX = {
+    "model": ".onnx",
+    "vs": ".onnx",
+    "texts": ".txt",
+    "tokenizer": ".json",
+    "vs-tokenizer": ".json",
+}
 
 
 class DeviceSpec(StrictModel):

@@ -44,11 +44,15 @@ def one_line(text: Any) -> str:
 
 def synthetic_texts(tokenizer_json: Path, words: int, n: int = 64, seed: int = 0) -> list[str]:
     """`n` texts of `words` whole words (no ##pieces, no [SPECIAL]) from a vocabulary."""
-    import random
-
     from tokenizers import Tokenizer
 
     vocab = Tokenizer.from_file(str(tokenizer_json)).get_vocab()  # any model type
+    return synthetic_words(list(vocab), words, n, seed)
+
+
+def synthetic_words(vocab: list[str], words: int, n: int = 64, seed: int = 0) -> list[str]:
+    import random
+
     pool = sorted(t for t in vocab if t.isalpha() and not t.startswith(("##", "[")))
     pool = pool or ["a"]
     rng = random.Random(seed)
@@ -98,24 +102,60 @@ def profile_model(
         str(info["vocab_size"] if info else 1000),
     ]
     with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / "texts.txt"
         if vs is not None:
             files["vs"] = existing(vs)
             other = tokenizer_info(files["vs"])
             args += ["--vs-vocab-size", str(other["vocab_size"] if other else 1000)]
-        elif info:
-            texts = texts or synthetic_texts(info["tokenizer"], seq_len)
-            files["texts"] = Path(tmp) / "texts.txt"
-            files["texts"].write_text(
-                "\n".join(one_line(t) for t in texts) + "\n", encoding="utf-8"
-            )
-            files["tokenizer"] = info["tokenizer"]
-            args += ["--max-length", str(info["max_length"])]
-            if info["special"]:
-                args.append("--special-tokens")
+            if reads_strings(files["model"]) or reads_strings(files["vs"]):
+                # End to end on both sides: the same texts, each through its tokenizer.
+                texts = texts or synthetic_texts_for(files["model"], files["vs"], seq_len)
+                files["texts"] = write_texts(staged, texts)
+                for side, meta, prefix in (("tokenizer", info, ""), ("vs-tokenizer", other, "vs-")):
+                    if meta:
+                        files[side] = meta["tokenizer"]
+                        args += [f"--{prefix}max-length", str(meta["max_length"])]
+                        args += [f"--{prefix}special-tokens"] if meta["special"] else []
+        elif info or reads_strings(files["model"]):
+            texts = texts or synthetic_texts_for(files["model"], None, seq_len)
+            files["texts"] = write_texts(staged, texts)
+            if info and not reads_strings(files["model"]):
+                files["tokenizer"] = info["tokenizer"]
+                args += ["--max-length", str(info["max_length"])]
+                if info["special"]:
+                    args.append("--special-tokens")
         results = [dev.run_agent(files, args) for _ in range(processes if vs is not None else 1)]
     result = combine_processes(results) if len(results) > 1 else results[0]
     result["device"] = dev.spec.name
     return result
+
+
+def write_texts(path: Path, texts: list[Any]) -> Path:
+    path.write_text("\n".join(one_line(t) for t in texts) + "\n", encoding="utf-8")
+    return path
+
+
+def reads_strings(model: Path) -> bool:
+    """Whether an ONNX model takes a string tensor (a `model.e2e.onnx`)."""
+    import onnx
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    return any(i.type.tensor_type.elem_type == onnx.TensorProto.STRING for i in graph.input)
+
+
+def synthetic_texts_for(model: Path, other: Path | None, words: int) -> list[str]:
+    """Synthetic texts from the vocabulary of whichever model has one: a tokenizer.json
+    beside it, else the vocabulary inside a one-file model's tokenizer op."""
+    for m in (model, other):
+        if m is not None and (meta := tokenizer_info(m)):
+            return synthetic_texts(meta["tokenizer"], words)
+    import onnx
+
+    for node in onnx.load(str(model), load_external_data=False).graph.node:
+        if node.op_type == "BertTokenizer":
+            vocab = next(a.s for a in node.attribute if a.name == "vocab_file").decode()
+            return synthetic_words(vocab.splitlines(), words)
+    raise EdgeKDError(f"{model} has no tokenizer to draw texts from; pass --data")
 
 
 def combine_processes(runs: list[dict[str, Any]]) -> dict[str, Any]:

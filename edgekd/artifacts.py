@@ -14,12 +14,14 @@ a device can report more without a schema change here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     ValidationError,
     computed_field,
     model_validator,
@@ -36,6 +38,7 @@ TOKENIZER = "tokenizer.json"
 CONFIG = "config.yaml"  # the resolved config, beside every artifact it produced
 HF_CONFIG = "config.json"  # a Hugging Face model folder's config
 MODEL_FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx"}  # export kind → file
+E2E_MODEL = "model.e2e.onnx"  # string in, label out: the tokenizer inside the graph
 PTE = "model.pte"
 REPORT_PAGE = "report.html"
 PROFILE_GLOB = "profile*.json"
@@ -203,6 +206,17 @@ class ExportedModel(Nested):
     max_abs_diff: float | None = None
 
 
+class E2EModel(Nested):
+    """`model.e2e.onnx` of an export (`edgekd export --e2e`)."""
+
+    path: str
+    source: Literal["fp32", "int8"]  # the model behind the in-graph tokenizer
+    bytes: int
+    rows: int  # dev rows predicted both ways
+    label_agreement: float  # with the Python tokenizer path at batch 1 (1.0, or no export)
+    max_probability_diff: float
+
+
 class ExportReport(Artifact):
     FILE: ClassVar[str] = "export.json"
     MADE_BY: ClassVar[str] = "edgekd export"
@@ -216,6 +230,7 @@ class ExportReport(Artifact):
     int8_drop: float | None = None
     n_dev: int | None = None
     formats: list[str] = Field(default_factory=list, description="Formats written, in order.")
+    e2e: E2EModel | None = None
 
     def shipped(self) -> Literal["fp32", "int8"]:
         """The model a deployment takes: int8 when the export kept one."""
@@ -223,6 +238,24 @@ class ExportReport(Artifact):
 
     def model_paths(self, folder: Path) -> list[Path]:
         return [folder / m.path for m in self.models.values()]
+
+
+def _ids_from_text(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return [int(v) for v in value.split(",")] if value else []
+        except ValueError:
+            raise ValueError("not a comma-separated list of label ids") from None
+    return value
+
+
+# Label ids, one per dev row, written as "0,1,1,0" (a JSON list indented one id per line
+# would be ~10 B a row; this is 2).
+Ids = Annotated[
+    list[int],
+    BeforeValidator(_ids_from_text),
+    PlainSerializer(lambda v: ",".join(map(str, v)), return_type=str),
+]
 
 
 class DevPredictions(Artifact):
@@ -234,9 +267,9 @@ class DevPredictions(Artifact):
     MADE_BY: ClassVar[str] = "edgekd export"
     kind: Literal["predictions"] = "predictions"
     rows_sha256: str = Field(..., description="The dev texts and gold labels, in order.")
-    labels: list[int]  # gold label ids, in the student's label order
-    reference: list[int]  # the PyTorch student's argmax on the same rows
-    models: dict[Literal["fp32", "int8"], list[int]]
+    labels: Ids  # gold label ids, in the student's label order
+    reference: Ids  # the PyTorch student's argmax on the same rows
+    models: dict[Literal["fp32", "int8"], Ids]
 
     @model_validator(mode="after")
     def _one_row_each(self) -> DevPredictions:
@@ -476,6 +509,7 @@ class BundleManifest(Artifact):
     kind: Literal["bundle"] = "bundle"
     format: int = 1
     model: Literal["fp32", "int8"] = Field(..., description="Which exported model ships.")
+    e2e: bool = Field(False, description="It ships as model.e2e.onnx, tokenizer inside.")
     files: dict[str, BundleFile] = Field(..., min_length=1)
     bytes: int
     accuracy: float | None = None

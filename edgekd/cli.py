@@ -549,6 +549,13 @@ def export(
         help="Also write an ExecuTorch .pte (needs the executorch extra of edgekd).",
         show_default=OFF,
     ),
+    e2e: bool = typer.Option(
+        False,
+        "--e2e",
+        help="Also write model.e2e.onnx: string in, label out, the tokenizer in the graph "
+        "(onnxruntime-extensions); checked to predict as the tokenizer path on every dev row.",
+        show_default=OFF,
+    ),
     data: str | None = typer.Option(
         None,
         "--data",
@@ -593,7 +600,7 @@ def export(
     raw.update(
         given(
             ctx, guard=guard, atol=atol, opset=opset, mobile=mobile, executorch=executorch,
-            fixed_shape=fixed_shape,
+            fixed_shape=fixed_shape, e2e=e2e,
         )
     )  # fmt: skip
     cfg = validate(ExportConfig, raw, str(config) if config else "export options")
@@ -636,10 +643,11 @@ def trim(
 def bundle(
     export_dir: Path = typer.Argument(..., help="Folder from `edgekd export`."),
     out: Path = typer.Option(..., "--out", help="Bundle folder; a .zip is written beside it."),
-    model: Literal["auto", "int8", "fp32"] = typer.Option(
+    model: Literal["auto", "int8", "fp32", "e2e"] = typer.Option(
         "auto",
         "--model",
-        help="Which model ships: auto (int8 if the export kept one, else fp32), int8 or fp32.",
+        help="Which model ships: auto (int8 if the export kept one, else fp32), int8, fp32, "
+        "or e2e (model.e2e.onnx alone, from `edgekd export --e2e`).",
     ),
     overwrite: bool = OVERWRITE,
 ) -> None:
@@ -653,7 +661,9 @@ def bundle(
 @app.command()
 @user_errors
 def predict(
-    bundle_path: Path = typer.Argument(..., metavar="BUNDLE", help="Bundle folder or .zip."),
+    bundle_path: Path = typer.Argument(
+        ..., metavar="BUNDLE", help="Bundle folder or .zip, or a model.e2e.onnx alone."
+    ),
     texts: list[str] | None = typer.Argument(
         None, help="Texts to classify.", show_default="none: read --file"
     ),
@@ -671,7 +681,7 @@ def predict(
     ),
 ) -> None:
     """Classify texts with a bundle (onnxruntime + numpy only: no torch, no transformers)."""
-    from edgekd.stages.bundle import Bundle
+    from edgekd.stages.bundle import Bundle, OneFile
 
     rows: list[Any] = list(texts or [])
     if file is not None:
@@ -683,7 +693,8 @@ def predict(
                 rows.append((first, second) if tab else line)
     if not rows:
         raise EdgeKDError("no texts given; pass them as arguments or with --file")
-    results = Bundle(bundle_path, threads).predict(rows)
+    model = OneFile(bundle_path, threads) if bundle_path.suffix == ".onnx" else None
+    results = (model or Bundle(bundle_path, threads)).predict(rows)
     for text, r in zip(rows, results, strict=True):
         if json_out:
             typer.echo(json.dumps({"text": text, **r}, ensure_ascii=False))

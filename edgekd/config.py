@@ -373,6 +373,11 @@ class ExportConfig(StrictModel):
     executorch: bool = Field(
         False, description="Also write an ExecuTorch .pte (BiLSTM, XNNPACK partitioner)."
     )
+    e2e: bool = Field(
+        False,
+        description="Also write model.e2e.onnx: string in, label and probabilities out, the "
+        "tokenizer in the graph (needs onnxruntime-extensions to run).",
+    )
     fixed_shape: str | None = Field(
         None,
         pattern=r"^\d+x\d+$",
@@ -432,6 +437,7 @@ BUILTIN_FORMATS = {
     "int8": "set int8: true (edgekd export --int8)",
     "ort": "set mobile: true (edgekd export --mobile)",
     "pte": "set executorch: true (edgekd export --executorch)",
+    "e2e": "set e2e: true (edgekd export --e2e)",
 }
 # Export options with no effect without int8, and those with none without static int8.
 INT8_OPTIONS = {"int8_mode", "preset", "per_channel", "reduce_range", "max_int8_drop"}

@@ -145,6 +145,7 @@ FORMATS: Registry[Any] = Registry(
     {
         "onnx": "edgekd.exporters.base:OnnxFormat",
         "int8": "edgekd.exporters.int8:Int8Format",
+        "e2e": "edgekd.exporters.e2e:E2EFormat",
         "pte": "edgekd.exporters.executorch:PteFormat",
         "ort": "edgekd.exporters.mobile:OrtFormat",
     },

@@ -6,6 +6,9 @@ numpy and `tokenizers` alone.
     student.json     label names, max length, special tokens
     manifest.json    sha256 and bytes of every file, accuracy, the measured profile
 
+or, with `--model e2e`, `model.e2e.onnx` alone beside the manifest (string in, label
+out: tokenizer and label names inside; onnxruntime-extensions runs it).
+
 `Bundle` verifies every sha256 before it loads anything, then predicts labels and
 probabilities. This module must never import torch or transformers (a test checks).
 """
@@ -21,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from edgekd.artifacts import (
+    E2E_MODEL,
     MODEL_FILES,
     PROFILE_GLOB,
     TOKENIZER,
@@ -34,6 +38,7 @@ from edgekd.artifacts import (
 )
 from edgekd.errors import OUTPUT_REFUSED, EdgeKDError
 from edgekd.io import MARKER, atomic_dir, check_output, owned_files, read_json, sha256_file
+from edgekd.students.predict import E2EPredictor, OnnxPredictor
 
 MANIFEST = BundleManifest.FILE
 MODEL = MODEL_FILES["fp32"]  # whichever model ships, under one name
@@ -45,7 +50,8 @@ def make_bundle(
 ) -> Path:
     """Build the bundle from an `edgekd export` folder; return the .zip path.
 
-    `model`: "int8", "fp32", or "auto" (int8 when the export kept one). The .zip is
+    `model`: "int8", "fp32", "auto" (int8 when the export kept one), or "e2e": the
+    one-file model of `edgekd export --e2e` alone, its tokenizer inside. The .zip is
     written beside `out_dir`: an existing one is replaced only when `out_dir` is an
     edgekd folder (they were written together), never a .zip of the user's.
     """
@@ -62,6 +68,11 @@ def make_bundle(
             f"{export_dir} has no {ExportReport.FILE}; pass an `edgekd export --out` folder"
         )
     report = ExportReport.read(export_dir)
+    e2e = model == "e2e"
+    if e2e:
+        if report.e2e is None:
+            raise EdgeKDError(f"{export_dir} has no {E2E_MODEL}; export with --e2e")
+        model = report.e2e.source
     if model == "auto":
         model = report.shipped()
     if model not in report.models:
@@ -70,7 +81,7 @@ def make_bundle(
             "pick another --model"
         )
     entry = report.models[model]  # type: ignore[index]
-    source = export_dir / entry.path
+    source = export_dir / (E2E_MODEL if e2e else entry.path)
     # The latest `edgekd profile --json` of this model file saved in the export folder.
     profiles = [
         prof
@@ -83,9 +94,11 @@ def make_bundle(
         every = DevPredictions.read(export_dir)
         if model in every.models:
             predictions = every.model_copy(update={"models": {model: every.models[model]}})
+    labels = StudentMeta.read(export_dir).id2label
     with atomic_dir(out_dir, overwrite) as tmp:
-        shutil.copy(source, tmp / MODEL)
-        for name in (TOKENIZER, StudentMeta.FILE):
+        # A one-file model ships alone: its tokenizer and label names are inside it.
+        shutil.copy(source, tmp / (E2E_MODEL if e2e else MODEL))
+        for name in () if e2e else (TOKENIZER, StudentMeta.FILE):
             shutil.copy(export_dir / name, tmp / name)
         files = {
             p.name: BundleFile(sha256=sha256_file(p), bytes=p.stat().st_size)
@@ -97,7 +110,8 @@ def make_bundle(
             files=files,
             bytes=sum(f.bytes for f in files.values()),
             accuracy=entry.accuracy,
-            labels=StudentMeta.read(tmp).id2label,
+            labels=labels,
+            e2e=e2e,
             teacher_accuracy=report.teacher_accuracy,
             quantizer=entry.get("quantizer"),
             profile=profiles[-1] if profiles else None,
@@ -116,8 +130,6 @@ class Bundle:
     """A verified bundle folder or .zip, ready to predict."""
 
     def __init__(self, path: str | Path, threads: int = 0) -> None:
-        from edgekd.students.predict import OnnxPredictor
-
         path = Path(path)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if path.suffix == ".zip" and path.is_file():
@@ -147,23 +159,48 @@ class Bundle:
             )
         self.folder = folder  # a .zip's files live here until this object goes
         self.manifest = verify(folder)
-        self.predictor = OnnxPredictor(folder / MODEL, threads=threads)
+        self.predictor: OnnxPredictor | E2EPredictor
+        if self.manifest.e2e:
+            self.predictor = E2EPredictor(folder / E2E_MODEL, threads=threads)
+        else:
+            self.predictor = OnnxPredictor(folder / MODEL, threads=threads)
         self.label_names = self.predictor.label_names
 
     def predict(self, texts: list[Any]) -> list[dict[str, Any]]:
         """Label and class probabilities per text (a pair: a (first, second) tuple)."""
-        logits = self.predictor.logits(texts)
-        z = logits - logits.max(axis=1, keepdims=True)
-        probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
-        return [
-            {
-                "label": self.label_names[int(p.argmax())],
-                "probabilities": {
-                    n: round(float(v), 6) for n, v in zip(self.label_names, p, strict=True)
-                },
-            }
-            for p in probs
-        ]
+        return label_rows(self.label_names, probabilities(self.predictor, texts))
+
+
+class OneFile:
+    """A `model.e2e.onnx` on its own: nothing to verify but the file, which carries its
+    tokenizer and label names."""
+
+    def __init__(self, path: Path, threads: int = 0) -> None:
+        if not path.is_file():
+            raise EdgeKDError(f"{path} does not exist; pass a bundle or a model.e2e.onnx")
+        self.predictor = E2EPredictor(path, threads=threads)
+
+    def predict(self, texts: list[Any]) -> list[dict[str, Any]]:
+        return label_rows(self.predictor.label_names, self.predictor.probabilities(texts))
+
+
+def probabilities(predictor: OnnxPredictor | E2EPredictor, texts: list[Any]) -> np.ndarray:
+    if isinstance(predictor, E2EPredictor):
+        return predictor.probabilities(texts)
+    logits = predictor.logits(texts)
+    z = logits - logits.max(axis=1, keepdims=True)
+    return np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
+
+
+def label_rows(label_names: list[str], probs: np.ndarray) -> list[dict[str, Any]]:
+    """Each row's label and its probability per label name."""
+    return [
+        {
+            "label": label_names[int(p.argmax())],
+            "probabilities": {n: round(float(v), 6) for n, v in zip(label_names, p, strict=True)},
+        }
+        for p in probs
+    ]
 
 
 def verify(folder: Path) -> BundleManifest:

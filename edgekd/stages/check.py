@@ -59,11 +59,15 @@ def check(
     elif not isinstance(budget, Budget):
         path, budget = str(budget), load_budget(budget, sets)
     dirs = [Path(a) for a in artifacts]
-    b = resolve_shipped(budget_for(budget, device, threads, defaults), dirs)
+    unresolved = budget_for(budget, device, threads, defaults)
+    # With `model: shipped` each side's own shipped model is compared: a run whose int8
+    # guard kept fp32 is judged against the int8 the baseline shipped.
+    wanted = unresolved.model
+    b = resolve_shipped(unresolved, dirs)
     regressions: list[RegressionResult] = []
     notes: list[str] = []
     if baseline is not None:
-        now = current_side(dirs, b.model)  # before the baseline: refuse cheap errors first
+        now = current_side(dirs, wanted)  # before the baseline: refuse cheap errors first
         timing = timing or ProfileConfig()
         timing = timing.model_copy(
             update={
@@ -71,7 +75,7 @@ def check(
                 "threads": timing.threads if timing.threads is not None else b.threads,
             }
         )
-        with baseline_side(Path(baseline), b.model) as base:
+        with baseline_side(Path(baseline), wanted) as base:
             regressions = compare(b, base, now, timing, timing.hosts.get(timing.devices[0]))
         notes += [f"{r.metric}: {r.note}" for r in regressions if r.note]
     else:

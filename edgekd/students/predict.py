@@ -115,6 +115,74 @@ class OnnxPredictor:
         return out
 
 
+E2E_LABELS = "edgekd.labels"  # metadata key of a one-file model's label names (JSON list)
+
+
+def extensions_library() -> str | None:
+    """onnxruntime-extensions' operator library, found without importing the package
+    (its import pulls in onnx and more: ~3 s and ~300 MB). None: not installed. The
+    profiling agent has the same lookup: it runs on devices without edgekd."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("onnxruntime_extensions")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for name in sorted(os.listdir(folder)):
+            if name.startswith("_extensions_pydll") and name.endswith((".so", ".pyd", ".dylib")):
+                return os.path.join(folder, name)
+    return None
+
+
+def extension_options(threads: int = 0) -> Any:
+    """Session options with onnxruntime-extensions' operators registered (the in-graph
+    tokenizer of `model.e2e.onnx`)."""
+    import onnxruntime as ort
+
+    library = extensions_library()
+    if library is None:
+        raise EdgeKDError(
+            "a model.e2e.onnx needs onnxruntime-extensions: pip install onnxruntime-extensions"
+        )
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.register_custom_ops_library(library)
+    return options
+
+
+class E2EPredictor:
+    """A one-file text→label model (`edgekd export --e2e`): one text, or one pair, per
+    call; label names from its own metadata. onnxruntime, numpy and
+    onnxruntime-extensions only."""
+
+    def __init__(self, path: str | Path, threads: int = 0) -> None:
+        import onnxruntime as ort
+
+        self.path = Path(path)
+        self.session = ort.InferenceSession(
+            str(self.path), extension_options(threads), providers=["CPUExecutionProvider"]
+        )
+        names = self.session.get_modelmeta().custom_metadata_map.get(E2E_LABELS)
+        if names is None:
+            raise EdgeKDError(
+                f"{path} has no {E2E_LABELS} metadata; make it with `edgekd export --e2e`"
+            )
+        self.label_names = list(json.loads(names))
+
+    def probabilities(self, texts: list[Any]) -> np.ndarray:
+        """Class probabilities per text (a pair: a (first, second) tuple)."""
+        out = np.zeros((len(texts), len(self.label_names)), dtype=np.float32)
+        for i, text in enumerate(texts):
+            row = np.array([text] if isinstance(text, str) else list(text))
+            out[i] = self.session.run(["probabilities"], {"text": row})[0][0]
+        return out
+
+    def logits(self, texts: list[Any]) -> np.ndarray:
+        """Log-probabilities: logits up to a per-row constant (the same argmax), so
+        `score` and every reader of a `Predictor` take this model too."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.probabilities(texts))
+
+
 class StudentPredictor:
     def __init__(self, folder: str | Path) -> None:
         from edgekd.students.base import load_student
