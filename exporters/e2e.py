@@ -2,11 +2,17 @@
 
 `model.e2e.onnx` takes a string tensor and returns `label` (int64 [1]) and
 `probabilities` (float [1, labels]); its label names are in its metadata
-(`edgekd.labels`), so the file alone is a deployment. The tokenizer is
-onnxruntime-extensions' `BertTokenizer` op (BERT normalisation, basic
-tokenisation, greedy WordPiece), then a few standard ops shape its ids into the
-student's inputs, then the shipped model (int8 when the export kept one), then
-softmax and argmax.
+(`edgekd.labels`), so the file alone is a deployment. In the graph:
+
+1. onnxruntime-extensions' `BasicTokenizer`: BERT normalisation (lowercase, accents,
+   control characters) and pre-tokenisation (whitespace, punctuation, CJK), words out;
+2. a word vocabulary: each word's id (`LabelEncoder`, unknown words → [UNK]); a
+   WordPiece vocabulary: `WordpieceTokenizer` splits each word greedily, then the
+   graph turns a word with any [UNK] piece into one [UNK] (what `tokenizers` does;
+   the op alone keeps the pieces before the failure: "xyzzy" → x ##y [UNK]);
+3. truncation to the student's max length (a pair: `tokenizers`' longest-first),
+   [CLS]/[SEP] and type ids for BERT students, the [UNK] fill of an empty row;
+4. the shipped model (int8 when the export kept one), softmax and argmax.
 
 What it covers, and why not more:
 - WordPiece vocabularies (the teacher's pieces) and word vocabularies. A word
@@ -15,8 +21,10 @@ What it covers, and why not more:
 - BERT normalisation and pre-tokenisation only, which every edgekd student uses.
   A BPE or Unigram (SentencePiece) tokenizer would need another op and is refused.
 - One row per call: `["text"]`, or `["first", "second"]` for a sentence pair. The
-  `BertTokenizer` op encodes one sequence (or one pair) per call; batching would
-  need a Loop over rows, and an edge deployment classifies one text at a time.
+  tokenizer ops flatten their input into one list of words; batching rows would
+  need a Loop over them, and an edge deployment classifies one text at a time.
+- A NUL character ends a text inside the op (a C string): "a\x00b" reads as "a",
+  where `tokenizers` reads "ab".
 - Running it needs `onnxruntime-extensions` beside onnxruntime (its op library
   is registered on the session), on the device as here.
 
@@ -40,6 +48,7 @@ from edgekd.progress import console
 from edgekd.students.predict import E2E_LABELS, E2EPredictor, OnnxPredictor
 
 CONTRIB = "ai.onnx.contrib"  # onnxruntime-extensions' operator domain
+ML = "ai.onnx.ml"  # LabelEncoder
 
 
 class E2EFormat(ExportFormat):
@@ -55,6 +64,7 @@ class E2EFormat(ExportFormat):
         source = job.folder / MODEL_FILES[kind]
         meta = StudentMeta.read(job.folder)
         path = job.folder / E2E_MODEL
+        texts = job.task.dev.texts
         build_e2e(
             source,
             json.loads(job.tokenizer.tokenizer.to_str()),
@@ -62,6 +72,7 @@ class E2EFormat(ExportFormat):
             meta.add_special_tokens,
             meta.id2label,
             path,
+            pairs=bool(texts) and not isinstance(texts[0], str),
         )
         job.report["e2e"] = {"source": kind, **validate_e2e(path, source, job.task.dev.texts)}
         console.print(
@@ -70,14 +81,14 @@ class E2EFormat(ExportFormat):
         )
 
 
-def tokenizer_attributes(spec: dict[str, Any], max_length: int) -> dict[str, Any]:
-    """The `BertTokenizer` op's attributes for a `tokenizers` JSON `spec`, or a one-line
-    error naming what the op cannot reproduce."""
+def check_tokenizer(spec: dict[str, Any]) -> dict[str, int]:
+    """The vocabulary of a `tokenizers` JSON `spec` the graph can reproduce exactly,
+    or a one-line error naming what it cannot."""
     model, norm, pre = spec["model"], spec.get("normalizer") or {}, spec.get("pre_tokenizer") or {}
     if model["type"] not in ("WordPiece", "WordLevel"):
         raise EdgeKDError(
             f"--e2e covers WordPiece and word vocabularies; this tokenizer is "
-            f"{model['type']} (onnxruntime-extensions' BertTokenizer cannot run it)"
+            f"{model['type']} (onnxruntime-extensions has no exact op for it here)"
         )
     if norm.get("type") != "BertNormalizer" or pre.get("type") != "BertPreTokenizer":
         raise EdgeKDError(
@@ -85,27 +96,9 @@ def tokenizer_attributes(spec: dict[str, Any], max_length: int) -> dict[str, Any
             f"them); this tokenizer has {norm.get('type')} and {pre.get('type')}"
         )
     vocab: dict[str, int] = model["vocab"]
-    if sorted(vocab.values()) != list(range(len(vocab))):
-        raise EdgeKDError("--e2e needs token ids 0..n-1 without gaps; re-distill the student")
-    tokens = sorted(vocab, key=vocab.__getitem__)
-    # The op brackets every row with [CLS] … [SEP]. A word vocabulary may lack them:
-    # they are appended past the model's ids, and the graph cuts them off again.
-    for special in ("[CLS]", "[SEP]"):
-        if special not in vocab:
-            tokens.append(special)
-    lowercase = bool(norm.get("lowercase", True))
-    accents = norm.get("strip_accents")
-    return {
-        "vocab_file": "\n".join(tokens),
-        "do_lower_case": int(lowercase),
-        # BertNormalizer's strip_accents None means "as lowercase" (BERT's own rule).
-        "strip_accents": int(lowercase if accents is None else accents),
-        "tokenize_chinese_chars": int(norm.get("handle_chinese_chars", True)),
-        "unk_token": model.get("unk_token", "[UNK]"),
-        "suffix_indicator": model.get("continuing_subword_prefix", "##"),
-        "max_length": max_length,
-        "truncation_strategy_name": "longest_first",
-    }
+    if model.get("unk_token", "[UNK]") not in vocab:
+        raise EdgeKDError("--e2e needs an [UNK] token in the vocabulary; re-distill the student")
+    return vocab
 
 
 def build_e2e(
@@ -115,74 +108,47 @@ def build_e2e(
     special: bool,
     labels: list[str],
     out: Path,
+    pairs: bool = False,
 ) -> None:
-    """Write `out`: `source` (an exported student) behind the in-graph tokenizer."""
+    """Write `out`: `source` (an exported student) behind the in-graph tokenizer;
+    `pairs`: it reads sentence pairs, `["first", "second"]` per call."""
     import onnx
-    from onnx import TensorProto, compose, helper, numpy_helper
+    from onnx import TensorProto, compose, helper
 
     model = onnx.load(str(source))
     inputs = [i.name for i in model.graph.input]
-    siamese = "input_ids_b" in inputs
-    # A student without [CLS]/[SEP] keeps max_length tokens between the two the op adds.
-    attrs = tokenizer_attributes(spec, max_length if special else max_length + 2)
-    vocab = spec["model"]["vocab"]
-    unk = vocab.get(spec["model"].get("unk_token", "[UNK]"))
-    # StudentTokenizer's fill for a row with no tokens: [UNK], else [PAD] (id 0 if none).
-    fill = unk if unk else vocab.get("[PAD]", 0)
-    nodes: list[Any] = []
-    inits = [
-        numpy_helper.from_array(np.array([0], np.int64), "e2e/zero"),
-        numpy_helper.from_array(np.array([1], np.int64), "e2e/one"),
-        numpy_helper.from_array(np.array([-1], np.int64), "e2e/minus_one"),
-        numpy_helper.from_array(np.array([fill], np.int64), "e2e/fill"),
-    ]
-
-    def tokenize(text: str, suffix: str) -> list[str]:
-        outs = [f"e2e/ids{suffix}", f"e2e/types{suffix}", f"e2e/mask{suffix}"]
-        nodes.append(helper.make_node("BertTokenizer", [text], outs, domain=CONTRIB, **attrs))
-        return outs
-
-    def as_row(flat: str, name: str) -> None:
-        nodes.append(helper.make_node("Unsqueeze", [flat, "e2e/zero"], [name]))
-
-    def ones_like(row: str, name: str) -> None:
-        nodes.append(helper.make_node("Shape", [row], [f"{name}/shape"]))
-        one = helper.make_tensor("one", TensorProto.INT64, [1], [1])
-        nodes.append(helper.make_node("ConstantOfShape", [f"{name}/shape"], [name], value=one))
-
-    def without_specials(text: str, suffix: str) -> None:
-        """ids of `text` with [CLS] and [SEP] cut off, never empty (the fill token)."""
-        ids = tokenize(text, suffix)[0]
-        core, filled = f"e2e/core{suffix}", f"e2e/filled{suffix}"
-        length, keep, flat = f"e2e/len{suffix}", f"e2e/keep{suffix}", f"e2e/flat{suffix}"
-        nodes.append(helper.make_node("Slice", [ids, "e2e/one", "e2e/minus_one"], [core]))
-        nodes.append(helper.make_node("Concat", [core, "e2e/fill"], [filled], axis=0))
-        nodes.append(helper.make_node("Shape", [core], [length]))
-        nodes.append(helper.make_node("Max", [length, "e2e/one"], [keep]))
-        nodes.append(helper.make_node("Slice", [filled, "e2e/zero", keep], [flat]))
-        as_row(flat, f"input_ids{suffix}")
-        ones_like(f"input_ids{suffix}", f"attention_mask{suffix}")
-
-    if special:  # one op call: [CLS] a [SEP] (b [SEP]), with its type ids
-        ids, types, mask = tokenize("text", "")
-        as_row(ids, "input_ids")
-        as_row(types, "token_type_ids")
-        as_row(mask, "attention_mask")
-    elif siamese:  # each side on its own, as the Python path encodes a pair
-        inits.append(numpy_helper.from_array(np.array([2], np.int64), "e2e/two"))
-        nodes.append(helper.make_node("Slice", ["text", "e2e/zero", "e2e/one"], ["e2e/first"]))
-        nodes.append(helper.make_node("Slice", ["text", "e2e/one", "e2e/two"], ["e2e/second"]))
-        without_specials("e2e/first", "")
-        without_specials("e2e/second", "_b")
+    g = Graph(spec, check_tokenizer(spec))
+    if special:
+        for token in ("[CLS]", "[SEP]"):
+            if token not in g.vocab:
+                raise EdgeKDError(f"--e2e: a BERT student's vocabulary has no {token}")
+        if pairs:
+            g.bert_pair(max_length)
+        else:
+            core = g.op("Slice", [g.pieces("text", "a"), g.const(0), g.const(max_length - 2)])
+            ids = g.op(
+                "Concat", [g.const(g.vocab["[CLS]"]), core, g.const(g.vocab["[SEP]"])], axis=0
+            )
+            g.rows(ids, g.op("ConstantOfShape", [g.op("Shape", [ids])], value=int_tensor(0)))
+    elif "input_ids_b" in inputs:  # the siamese BiLSTM: each side on its own
+        for side, start, suffix in (("a", 0, ""), ("b", 1, "_b")):
+            text = g.op("Slice", ["text", g.const(start), g.const(start + 1)])
+            g.plain(g.pieces(text, side), max_length, suffix)
     else:
-        without_specials("text", "")
-    row = ["batch", "sequence"]
+        g.plain(g.pieces("text", "a"), max_length, "")
+    # One row; each side of a pair has its own length (one shared symbolic name would
+    # tell onnxruntime the two are equal, and it would reuse one buffer for both).
     pre = helper.make_graph(
-        nodes,
+        g.nodes,
         "tokenizer",
         [helper.make_tensor_value_info("text", TensorProto.STRING, ["rows"])],
-        [helper.make_tensor_value_info(name, TensorProto.INT64, row) for name in inputs],
-        initializer=inits,
+        [
+            helper.make_tensor_value_info(
+                name, TensorProto.INT64, [1, "tokens_b" if name.endswith("_b") else "tokens"]
+            )
+            for name in inputs
+        ],
+        initializer=g.inits,
     )
     opsets = {o.domain: o.version for o in model.opset_import}
     pre_model = helper.make_model(
@@ -190,6 +156,7 @@ def build_e2e(
         opset_imports=[
             helper.make_opsetid("", opsets.get("", 17)),
             helper.make_opsetid(CONTRIB, 1),
+            helper.make_opsetid(ML, 2),
         ],
         ir_version=model.ir_version,
     )
@@ -213,6 +180,170 @@ def build_e2e(
     helper.set_model_props(merged, {E2E_LABELS: json.dumps(labels)})
     onnx.checker.check_model(merged)
     onnx.save(merged, str(out))
+
+
+class Graph:
+    """The tokenizer graph under construction: nodes, int64 constants, fresh names."""
+
+    def __init__(self, spec: dict[str, Any], vocab: dict[str, int]) -> None:
+        self.spec, self.vocab = spec, vocab
+        self.nodes: list[Any] = []
+        self.inits: list[Any] = []
+        self.names = 0
+        model = spec["model"]
+        self.unk = vocab[model.get("unk_token", "[UNK]")]
+        self.wordpiece = model["type"] == "WordPiece"
+        # StudentTokenizer's fill for a row with no tokens: [UNK], else [PAD] (0 if none).
+        self.fill = self.unk if self.unk else vocab.get("[PAD]", 0)
+
+    def const(self, value: int) -> str:
+        """An int64 [1] constant, added once."""
+        from onnx import numpy_helper
+
+        name = f"e2e/const_{value}".replace("-", "minus_")
+        if all(i.name != name for i in self.inits):
+            self.inits.append(numpy_helper.from_array(np.array([value], np.int64), name))
+        return name
+
+    def op(self, kind: str, ins: list[str], out: str | None = None, **kw: Any) -> str:
+        from onnx import helper
+
+        if out is None:
+            self.names += 1
+            out = f"e2e/{kind.lower()}_{self.names}"
+        domain = CONTRIB if kind in ("BasicTokenizer", "WordpieceTokenizer") else None
+        domain = ML if kind == "LabelEncoder" else domain
+        self.nodes.append(helper.make_node(kind, ins, [out], domain=domain, **kw))
+        return out
+
+    def pieces(self, text: str, side: str) -> str:
+        """Token ids of a one-string tensor, untruncated, no specials: what
+        `tokenizers` gives with add_special_tokens=False."""
+        from onnx import helper
+
+        norm = self.spec.get("normalizer") or {}
+        lowercase = bool(norm.get("lowercase", True))
+        accents = norm.get("strip_accents")
+        words = self.op(
+            "BasicTokenizer",
+            [text],
+            f"e2e/words_{side}",
+            do_lower_case=int(lowercase),
+            # BertNormalizer's strip_accents None means "as lowercase" (BERT's own rule).
+            strip_accents=int(lowercase if accents is None else accents),
+            tokenize_chinese_chars=int(norm.get("handle_chinese_chars", True)),
+            tokenize_punctuation=1,
+            remove_control_chars=int(norm.get("clean_text", True)),
+        )
+        tokens = sorted(self.vocab, key=self.vocab.__getitem__)
+        lookup = {
+            "keys_strings": tokens,
+            "values_int64s": [self.vocab[t] for t in tokens],
+            "default_int64": self.unk,
+        }
+        if not self.wordpiece:  # a word vocabulary: each word whole, or [UNK]
+            return self.op("LabelEncoder", [words], **lookup)
+        model = self.spec["model"]
+        outs = [f"e2e/pieces_{side}", f"e2e/splits_{side}", f"e2e/begin_{side}", f"e2e/end_{side}"]
+        self.nodes.append(
+            helper.make_node(
+                "WordpieceTokenizer",
+                [words, self.const_empty()],
+                outs,
+                domain=CONTRIB,
+                vocab=json.dumps(self.vocab),
+                suffix_indicator=model.get("continuing_subword_prefix", "##"),
+                unknown_token=model.get("unk_token", "[UNK]"),
+                max_input_chars_per_word=int(model.get("max_input_chars_per_word", 100)),
+            )
+        )
+        pieces, _, begin, end = outs
+        ids = self.op("LabelEncoder", [pieces], **lookup)
+        # A word with any [UNK] piece becomes one [UNK], as in `tokenizers`.
+        unk = self.op("Cast", [self.op("Equal", [ids, self.const(self.unk)])], to=7)  # int64
+        seen = self.op("CumSum", [self.op("Concat", [self.const(0), unk], axis=0), self.const(0)])
+        count = self.op("Sub", [self.op("Gather", [seen, end]), self.op("Gather", [seen, begin])])
+        word_unk = self.op("Greater", [count, self.const(0)])
+        starts = self.op(
+            "ScatterElements",
+            [
+                self.op("Mul", [unk, self.const(0)]),
+                begin,
+                self.op("Add", [self.op("Mul", [begin, self.const(0)]), self.const(1)]),
+            ],
+        )
+        word = self.op("Sub", [self.op("CumSum", [starts, self.const(0)]), self.const(1)])
+        piece_unk = self.op("Gather", [word_unk, word])
+        first = self.op("Cast", [starts], to=9)  # bool
+        keep = self.op("Or", [self.op("Not", [piece_unk]), first])
+        value = self.op("Where", [piece_unk, self.const(self.unk), ids])
+        return self.op("Compress", [value, keep], axis=0)
+
+    def const_empty(self) -> str:
+        from onnx import numpy_helper
+
+        if all(i.name != "e2e/empty" for i in self.inits):
+            self.inits.append(numpy_helper.from_array(np.zeros(0, np.int64), "e2e/empty"))
+        return "e2e/empty"
+
+    def rows(self, ids: str, types: str | None = None, suffix: str = "") -> None:
+        """The student's inputs from one row of ids: input_ids, attention_mask and
+        (BERT) token_type_ids, each 1 × length."""
+        zero = self.const(0)
+        row = self.op("Unsqueeze", [ids, zero], f"input_ids{suffix}")
+        ones = int_tensor(1)
+        self.op("ConstantOfShape", [self.op("Shape", [row])], f"attention_mask{suffix}", value=ones)
+        if types is not None:
+            self.op("Unsqueeze", [types, zero], "token_type_ids")
+
+    def plain(self, core: str, max_length: int, suffix: str) -> None:
+        """No specials: the first max_length ids, or the fill token when there are none."""
+        cut = self.op("Slice", [core, self.const(0), self.const(max_length)])
+        filled = self.op("Concat", [cut, self.const(self.fill)], axis=0)
+        keep = self.op("Max", [self.op("Shape", [cut]), self.const(1)])
+        self.rows(self.op("Slice", [filled, self.const(0), keep]), suffix=suffix)
+
+    def bert_pair(self, max_length: int) -> None:
+        """[CLS] a [SEP] b [SEP] with `tokenizers`' longest-first truncation.
+
+        With n₁ ≤ n₂ the two sides' lengths and budget M = max_length − 3 (three
+        specials), tokenizers keeps (truncation.rs, LongestFirst): everything when
+        n₁ + n₂ ≤ M; else the longer side cut to max(n₁, M − n₁) (to n₁ when n₁ > M);
+        and when that still exceeds M, M // 2 and M // 2 + M % 2 tokens.
+        """
+        op, const = self.op, self.const
+        budget, half = const(max_length - 3), const((max_length - 3) // 2)
+        cores, lengths = [], []
+        for side, start in (("a", 0), ("b", 1)):
+            text = op("Slice", ["text", const(start), const(start + 1)])
+            cores.append(self.pieces(text, side))
+            lengths.append(op("Shape", [cores[-1]]))
+        na, nb = lengths
+        short = op("Min", [na, nb])
+        longer = op("Max", [short, op("Sub", [budget, short])])
+        longer = op("Where", [op("Greater", [short, budget]), short, longer])
+        both = op("Greater", [op("Add", [short, longer]), budget])
+        short = op("Where", [both, half, short])
+        longer = op("Where", [both, op("Add", [half, const((max_length - 3) % 2)]), longer])
+        swap = op("Greater", [na, nb])
+        cut = op("Greater", [op("Add", [na, nb]), budget])
+        keep_a = op("Where", [cut, op("Where", [swap, longer, short]), na])
+        keep_b = op("Where", [cut, op("Where", [swap, short, longer]), nb])
+        a = op("Slice", [cores[0], const(0), keep_a])
+        b = op("Slice", [cores[1], const(0), keep_b])
+        cls, sep = const(self.vocab["[CLS]"]), const(self.vocab["[SEP]"])
+        ids = op("Concat", [cls, a, sep, b, sep], axis=0)
+        zeros = op(
+            "ConstantOfShape", [op("Add", [op("Shape", [a]), const(2)])], value=int_tensor(0)
+        )
+        ones = op("ConstantOfShape", [op("Add", [op("Shape", [b]), const(1)])], value=int_tensor(1))
+        self.rows(ids, op("Concat", [zeros, ones], axis=0))
+
+
+def int_tensor(value: int) -> Any:
+    from onnx import TensorProto, helper
+
+    return helper.make_tensor("value", TensorProto.INT64, [1], [value])
 
 
 def validate_e2e(path: Path, source: Path, texts: list[Any]) -> dict[str, Any]:

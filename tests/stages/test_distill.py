@@ -3,6 +3,7 @@ import json
 import pytest
 from safetensors.torch import load_file
 
+from edgekd.artifacts import StudentMeta
 from edgekd.config import DataConfig, DistillConfig
 from edgekd.errors import EdgeKDError
 from edgekd.stages.distill import distill as run_distill
@@ -140,7 +141,10 @@ def test_run_distill_augments_sentence_pairs_side_by_side(tiny_teacher, pair_dat
     from edgekd.config import AugmentConfig
 
     aug = AugmentConfig(methods=["mask"], n_iter=2)
-    m = run_distill(cfg(tiny_teacher, pair_data, augment=aug, epochs=1), tmp_path / "p")
+    c = cfg(tiny_teacher, pair_data, augment=aug, epochs=1)
+    c.data.text_pair_column = "sentence2"  # without it, sentence1 alone is the text
+    m = run_distill(c, tmp_path / "p")
+    assert StudentMeta.read(tmp_path / "p").config["pair"] is True
     assert m["n_augmented"] > m["n_train"] / 2 and m["cache_hits"]["augmented"] is False
     assert m["history"][0]["transfer_rows"] == m["n_train"] + m["n_augmented"]
 
