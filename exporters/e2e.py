@@ -236,7 +236,7 @@ class Graph:
             remove_control_chars=int(norm.get("clean_text", True)),
         )
         tokens = sorted(self.vocab, key=self.vocab.__getitem__)
-        lookup = {
+        lookup: dict[str, Any] = {
             "keys_strings": tokens,
             "values_int64s": [self.vocab[t] for t in tokens],
             "default_int64": self.unk,
