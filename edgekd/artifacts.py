@@ -460,6 +460,41 @@ class CheckResult(Artifact):
         return f"edgekd budget: {self.model} model" + (f" on {self.device}" if self.device else "")
 
 
+# ------------------------------------------------------------------ plan
+
+
+class Candidate(Nested):
+    """One untrained student of `edgekd plan`: its shape, what it costs on the device,
+    and whether that fits the budget's latency, memory and size limits."""
+
+    name: str  # e.g. bilstm-h150-e64: a recipe variant's name
+    student: dict[str, Any]  # {name, options}, as distill.student takes it
+    params: int
+    model: Literal["fp32", "int8"]  # what its export ships
+    bytes: int  # the shipped model file
+    bundle_bytes: int  # model + tokenizer + student.json, what `edgekd bundle` ships
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    peak_rss_mb: float | None = None
+    load_ms: float | None = None
+    fits: bool
+    failed: list[str] = Field(default_factory=list)  # the limits it misses
+
+
+class PlanResult(Artifact):
+    FILE: ClassVar[str] = "plan.json"
+    MADE_BY: ClassVar[str] = "edgekd plan"
+    kind: Literal["plan"] = "plan"
+    device: str
+    threads: int
+    seq_len: int
+    limits: dict[str, float]  # the budget limits judged (latency, memory, size)
+    candidates: list[Candidate]  # fitting first, largest first; then the rest
+
+    def top(self, n: int) -> list[Candidate]:
+        return [c for c in self.candidates if c.fits][:n]
+
+
 # ------------------------------------------------------------------ run, bundle, others
 
 

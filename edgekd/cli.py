@@ -33,12 +33,14 @@ from edgekd.config import (
     Ensemble,
     ExportConfig,
     Int8Mode,
+    PlanConfig,
     Preset,
     ProfileConfig,
     TeacherConfig,
     TeacherRuntime,
     apply_sets,
     load_fields,
+    load_yaml,
     override,
     parse_sets,
     validate,
@@ -915,6 +917,72 @@ def check(
         if json_out:
             result.write(Path(json_out))
     raise typer.Exit(0 if result.passed else 1)
+
+
+@app.command()
+@user_errors
+def plan(
+    ctx: typer.Context,
+    teacher: str | None = typer.Option(
+        None,
+        "--teacher",
+        help="The teacher the students would learn from (folder or hub id).",
+        show_default="the --config file's",
+    ),
+    data: str | None = typer.Option(
+        None,
+        "--data",
+        help="The task (vocabulary, labels, dev texts).",
+        show_default="the --config file's",
+    ),
+    text_column: str | None = TEXT_COL,
+    text_pair_column: str | None = PAIR_COL,
+    budget: Path = typer.Option(
+        ...,
+        "--budget",
+        help="Budget YAML: its max_p90_ms, max_peak_rss_mb, max_bytes, max_init_ms.",
+    ),
+    device: str = typer.Option(
+        "local-cpu", "--device", help="Device name (`edgekd devices`) or YAML spec path."
+    ),
+    host: str | None = typer.Option(
+        None, "--host", help="[USER@]HOST for an ssh device.", show_default="the spec's"
+    ),
+    grid: Path | None = typer.Option(
+        None,
+        "--grid",
+        help="YAML list of candidates, each {name, options} as distill.student.",
+        show_default="the built-in grid: 6 BiLSTMs, 4 BERTs",
+    ),
+    out: Path = typer.Option(..., "--out", help="Folder for plan.json."),
+    config: Path | None = CONFIG,
+    set_: list[str] | None = SETS,
+    overwrite: bool = OVERWRITE,
+) -> None:
+    """Which students fit the device's latency, memory and size limits, before distilling
+    any: untrained candidates exported and profiled as a trained one would be."""
+    from edgekd.budget import load_budget
+    from edgekd.render import print_plan
+    from edgekd.stages.plan import plan as run_plan
+
+    raw = load_fields(config)
+    if teacher:
+        raw["teacher"] = teacher
+    if data:
+        raw["data"] = {**(raw.get("data") or {}), "spec": data}
+    columns = given(ctx, text_column=text_column, text_pair_column=text_pair_column)
+    if columns:
+        raw["data"] = {**(raw.get("data") or {}), **columns}
+    raw.update(given(ctx, device=device, host=host))
+    if grid is not None:
+        raw["grid"] = load_yaml(grid)
+    for key, flag in (("teacher", "--teacher DIR_OR_ID"), ("data", "--data SPEC")):
+        if not raw.get(key):
+            raise EdgeKDError(f"no {key} given; pass {flag}")
+    cfg = validate(PlanConfig, apply_sets(raw, parse_sets(set_), PlanConfig), "plan options")
+    result = run_plan(cfg, load_budget(budget), out, overwrite)
+    print_plan(result)
+    typer.echo(f"plan → {out}")
 
 
 @app.command("run")

@@ -444,6 +444,56 @@ INT8_OPTIONS = {"int8_mode", "preset", "per_channel", "reduce_range", "max_int8_
 STATIC_OPTIONS = {"calibration", "calibration_samples"}
 
 
+# The candidates `edgekd plan` builds when none are given: Tang et al.'s BiLSTM at three
+# widths × two embedding sizes, and BERT students of 2 and 4 layers at two widths (heads
+# of 64 dims, FFN 4 × width). Each is `{name, options}` as in `distill.student`.
+DEFAULT_GRID: list[dict[str, Any]] = [
+    *(
+        {"name": "bilstm", "options": {"hidden_size": h, "embedding_dim": e}}
+        for h in (64, 150, 300)
+        for e in (64, 128)
+    ),
+    *(
+        {"name": "bert", "options": {"layers": n, "hidden": w, "heads": w // 64, "ffn": 4 * w}}
+        for n in (2, 4)
+        for w in (128, 256)
+    ),
+]
+
+
+class PlanConfig(StrictModel):
+    """`edgekd plan`: untrained candidates exported and timed on the target device."""
+
+    teacher: str = Field(..., description="The teacher the students would learn from.")
+    data: DataConfig = Field(..., description="The task: vocabulary, labels, dev texts.")
+    grid: list[Component] = Field(
+        default_factory=lambda: [Component.model_validate(c) for c in DEFAULT_GRID],
+        min_length=1,
+        description="Candidate students, each {name, options} as distill.student takes.",
+    )
+    device: str = Field("local-cpu", description="Device name or spec path to time on.")
+    host: str | None = Field(None, description="[user@]host of an ssh device.")
+    threads: int | None = Field(None, ge=0, description="Unset: the budget's thread count.")
+    seq_len: int | None = Field(
+        None, ge=1, description="Tokens per timed input; unset: median dev length."
+    )
+    runs: int = Field(200, ge=1)
+    trials: int = Field(5, ge=1)
+    top: int = Field(3, ge=1, description="Candidates a recipe's `variants: plan` distils.")
+    export: ExportConfig = Field(
+        default_factory=lambda: ExportConfig(), description="As each student would be exported."
+    )
+
+    @field_validator("grid")
+    @classmethod
+    def _students_registered(cls, value: list[Component]) -> list[Component]:
+        from edgekd.registry import STUDENTS
+
+        for i, c in enumerate(value):
+            STUDENTS.options(c, f"grid[{i}]")  # registered, and its options valid
+        return value
+
+
 M = TypeVar("M", bound=BaseModel)
 
 

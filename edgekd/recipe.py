@@ -30,6 +30,7 @@ from edgekd.artifacts import (
     REPORT_PAGE,
     CheckResult,
     ExportReport,
+    PlanResult,
     ProfileResult,
     RunManifest,
     StageMarker,
@@ -41,6 +42,7 @@ from edgekd.config import (
     DataConfig,
     DistillConfig,
     ExportConfig,
+    PlanConfig,
     ProfileConfig,
     StrictModel,
     TeacherConfig,
@@ -78,6 +80,19 @@ class ProfileStage(StrictModel):
     teacher: bool = Field(True, description="Also profile the teacher's fp32 ONNX (baseline).")
 
 
+class PlanStage(StrictModel):
+    """`variants: plan`: the candidates `edgekd plan` times on the first profile device
+    (at the profile's threads), and how many of those that fit are distilled."""
+
+    grid: list[dict[str, Any]] | None = Field(
+        None, description="Candidates, each {name, options}; unset: edgekd plan's grid."
+    )
+    top: int = Field(3, ge=1, description="Distil this many of the fitting candidates.")
+    runs: int = Field(200, ge=1)
+    trials: int = Field(5, ge=1)
+    seq_len: int | None = Field(None, ge=1, description="Unset: median dev length.")
+
+
 class Recipe(StrictModel):
     # Sections held as plain data (merged per variant) but read as these configs: `--set`
     # starts a missing component there from its default (distill.student.options.x).
@@ -91,11 +106,12 @@ class Recipe(StrictModel):
     distill: dict[str, Any] = Field(
         default_factory=dict, description="`edgekd distill` fields (teacher and data excepted)."
     )
-    variants: dict[str, dict[str, Any]] = Field(
+    variants: dict[str, dict[str, Any]] | Literal["plan"] = Field(
         default_factory=lambda: {"student": dict[str, Any]()},
-        min_length=1,
-        description="Student variants: name → distill fields that differ (plus `export:`).",
+        description="Student variants: name → distill fields that differ (plus `export:`); "
+        "or `plan`: the top candidates of `edgekd plan` that fit the budget (see `plan:`).",
     )
+    plan: PlanStage = Field(default_factory=PlanStage)
     export: ExportConfig = Field(default_factory=ExportConfig)
     profile: ProfileStage = Field(default_factory=ProfileStage)
     budget: str | dict[str, Any] = Field(..., description="Budget file path, or limits inline.")
@@ -104,8 +120,12 @@ class Recipe(StrictModel):
     @field_validator("variants")
     @classmethod
     def _variant_names_are_folder_names(
-        cls, value: dict[str, dict[str, Any]]
-    ) -> dict[str, dict[str, Any]]:
+        cls, value: dict[str, dict[str, Any]] | str
+    ) -> dict[str, dict[str, Any]] | str:
+        if isinstance(value, str):
+            return value
+        if not value:
+            raise ValueError("list at least one variant, or write `variants: plan`")
         # Each name becomes a folder under the run folder: `../x` or `/abs` would write
         # (and replace) outside it.
         for name in value:
@@ -119,8 +139,44 @@ class Recipe(StrictModel):
     def out_dir(self) -> Path:
         return Path(self.out or f"runs/{self.name}")
 
+    def named_variants(self) -> dict[str, dict[str, Any]]:
+        """The variants, once a plan has named them (`planned`)."""
+        if isinstance(self.variants, str):
+            raise EdgeKDError("recipe: `variants: plan` is resolved by running the plan stage")
+        return self.variants
+
+    def planned(self, plan: PlanResult) -> Recipe:
+        """This recipe with `variants: plan` replaced by the plan's top candidates."""
+        top = plan.top(self.plan.top)
+        if not top:
+            raise EdgeKDError(
+                f"no plan candidate fits the budget on {plan.device}; see plan/plan.json "
+                "(each candidate's failed limits) and loosen the budget or extend plan.grid",
+                1,
+            )
+        return self.model_copy(update={"variants": {c.name: {"student": c.student} for c in top}})
+
+    def plan_config(self, teacher: str) -> PlanConfig:
+        """The plan stage's config: the first profile device at the profile's threads."""
+        device = self.profile.devices[0]
+        fields: dict[str, Any] = {
+            "teacher": teacher,
+            "data": self.data.model_copy(update={"seed": self.seed}).model_dump(),
+            "device": device,
+            "host": self.profile.hosts.get(device),
+            "threads": self.profile.threads,
+            "seq_len": self.plan.seq_len,
+            "runs": self.plan.runs,
+            "trials": self.plan.trials,
+            "top": self.plan.top,
+            "export": self.export.model_dump(),
+        }
+        if self.plan.grid is not None:
+            fields["grid"] = self.plan.grid
+        return validate(PlanConfig, fields, "recipe plan")
+
     def distill_config(self, variant: str, teacher: str) -> DistillConfig:
-        fields = deep_merge(self.distill, self.variants[variant])
+        fields = deep_merge(self.distill, self.named_variants()[variant])
         fields.pop("export", None)
         for key in ("teacher", "data"):
             if key in fields:
@@ -139,7 +195,7 @@ class Recipe(StrictModel):
             raise EdgeKDError(f"recipe variant {variant}: {e}", 2) from None
 
     def export_config(self, variant: str) -> ExportConfig:
-        extra = self.variants[variant].get("export", {})
+        extra = self.named_variants()[variant].get("export", {})
         return validate(
             ExportConfig, deep_merge(self.export.model_dump(), extra), f"variant {variant}"
         )
@@ -168,14 +224,22 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
     # Every section fails now, before hours of training, not when its stage starts.
     from edgekd.distill.trainer import preflight
 
-    for variant in recipe.variants:
-        cfg = recipe.distill_config(variant, recipe.teacher.path or "teacher")
+    checked = recipe
+    if recipe.variants == "plan":  # each candidate as a variant would distil it
+        from edgekd.stages.plan import candidate_name
+
+        plan = recipe.plan_config(recipe.teacher.path or "teacher")
+        checked = recipe.model_copy(
+            update={"variants": {candidate_name(c): {"student": c.model_dump()} for c in plan.grid}}
+        )
+    for variant in checked.named_variants():
+        cfg = checked.distill_config(variant, recipe.teacher.path or "teacher")
         if cfg.assistant is None:
             try:
                 preflight(cfg)
             except EdgeKDError as e:
                 raise EdgeKDError(f"variant {variant}: {e}", 2) from None
-        recipe.export_config(variant)
+        checked.export_config(variant)
     if recipe.teacher.path is None:
         validate(TeacherConfig, recipe.teacher.finetune, f"{path}: teacher.finetune")
     recipe.budget_model()
@@ -302,9 +366,26 @@ def run_recipe(
             partial(finetune_teacher, tcfg),
         )
 
+    # 1b. `variants: plan`: the candidates that fit, timed untrained on the first device.
+    budget = recipe.budget_model()
+    if recipe.variants == "plan":
+        pcfg_plan = recipe.plan_config(teacher)
+        stages.run(
+            "plan",
+            out / "plan",
+            {
+                "config": pcfg_plan.model_dump(exclude={"teacher"}),
+                "teacher": teacher_key,
+                "data": inputs["data"],
+                "budget": budget.model_dump(),
+            },
+            partial(run_plan, pcfg_plan, budget),
+        )
+        recipe = recipe.planned(PlanResult.read(out / "plan"))
+
     # 2-3. each variant: distill, export.
     export_keys: dict[str, str] = {}
-    for variant in recipe.variants:
+    for variant in recipe.named_variants():
         dcfg = recipe.distill_config(variant, teacher)
         ecfg = recipe.export_config(variant)
         vdir = out / variant
@@ -354,10 +435,9 @@ def run_recipe(
         )
 
     # 5. check every variant on every device.
-    budget = recipe.budget_model()
     passed = True
     check_keys = []
-    for variant in recipe.variants:
+    for variant in recipe.named_variants():
         vdir = out / variant
         folder = vdir / "check"
         check_keys.append(
@@ -379,7 +459,9 @@ def run_recipe(
     if recipe.report:
         current = [out / "teacher-onnx", out / "teacher-profile"]
         current += [
-            out / v / stage for v in recipe.variants for stage in ("export", "profile", "check")
+            out / v / stage
+            for v in recipe.named_variants()
+            for stage in ("export", "profile", "check")
         ]
 
         stages.run(
@@ -434,6 +516,12 @@ def export(student: Path, cfg: ExportConfig, folder: Path) -> None:
     export(cfg, student, folder)
 
 
+def run_plan(cfg: PlanConfig, budget: Budget, folder: Path) -> None:
+    from edgekd.stages.plan import plan
+
+    plan(cfg, budget, folder)
+
+
 def export_teacher_onnx(teacher: str, folder: Path) -> None:
     from edgekd.exporters.teacher import export_teacher
 
@@ -446,14 +534,11 @@ def exported_models(export_dir: Path) -> list[Path]:
 
 def median_length(teacher: str, data: DataConfig) -> int:
     """Median dev length in teacher tokens: the inputs this task will really see."""
-    import statistics
-
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(teacher)
-    dev = dev_texts(data)
-    lengths = [len(tok(*([t] if isinstance(t, str) else list(t)))["input_ids"]) for t in dev[:2000]]
-    return int(statistics.median(lengths))
+    from edgekd.data import median_tokens
+
+    return median_tokens(AutoTokenizer.from_pretrained(teacher), dev_texts(data))
 
 
 @functools.lru_cache(maxsize=2)

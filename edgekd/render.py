@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from edgekd.artifacts import CheckResult, ExportReport, QuickstartSummary
+from edgekd.artifacts import CheckResult, ExportReport, PlanResult, QuickstartSummary
 
 
 def print_profile(r: dict[str, Any]) -> None:
@@ -129,6 +129,42 @@ def print_check(result: CheckResult) -> None:
         console.print(table)
     for note in result.notes:
         console.print(f"note: {note}", markup=False, highlight=False)
+
+
+def print_plan(result: PlanResult) -> None:
+    """The candidates, fitting ones first (ranked), each with what it costs."""
+    from rich.console import Console
+    from rich.table import Table
+
+    limits = ", ".join(f"{k} {v:g}" for k, v in result.limits.items())
+    table = Table(
+        title=f"plan on {result.device}, {result.threads} thread(s), seq {result.seq_len}: {limits}"
+    )
+    for col in (
+        "#",
+        "candidate",
+        "params",
+        "ships",
+        "bundle B",
+        "p50 ms",
+        "p90 ms",
+        "RSS MB",
+        "fits",
+    ):
+        table.add_column(col, justify="left" if col in ("candidate", "ships", "fits") else "right")
+    for i, c in enumerate(result.candidates, 1):
+        table.add_row(
+            str(i) if c.fits else "",
+            c.name,
+            f"{c.params:,}",
+            c.model,
+            f"{c.bundle_bytes:,}",
+            "—" if c.p50_ms is None else f"{c.p50_ms:.3f}",
+            "—" if c.p90_ms is None else f"{c.p90_ms:.3f}",
+            "—" if c.peak_rss_mb is None else f"{c.peak_rss_mb:.0f}",
+            "[green]yes[/]" if c.fits else f"[red]no: {', '.join(c.failed)}[/]",
+        )
+    Console().print(table)
 
 
 def print_export(r: ExportReport, out: Path) -> None:

@@ -1,0 +1,167 @@
+"""The plan stage: which students fit the device, before any is distilled.
+
+Latency, memory and size depend on a student's shape, not its weights: each
+candidate of the grid is built untrained (its vocabulary from the task's training
+texts, as distillation builds it), exported exactly as a trained student would be
+(the export config, int8 and its guard included), bundled, and profiled on the
+target device. The budget's shape limits (`max_bytes`, `max_p90_ms`,
+`max_peak_rss_mb`, `max_init_ms`) are judged on those measurements; accuracy limits
+wait for the distilled student. Candidates that fit come first, the largest (most
+parameters, the most capacity to learn) first: `variants: plan` in a recipe
+distils the top ones. `benchmarks/plan_sst2.py` measures how well an untrained
+candidate's latency predicts its trained student's.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from edgekd.artifacts import CONFIG, BundleManifest, Candidate, PlanResult
+from edgekd.budget import Budget, evaluate
+from edgekd.config import PlanConfig, save_config
+from edgekd.errors import EdgeKDError
+from edgekd.io import atomic_dir, check_output
+from edgekd.progress import console
+from edgekd.registry import STUDENTS, Component
+
+# Limits an untrained student can be judged on: they depend on shape alone.
+SHAPE_LIMITS = ("max_bytes", "max_p90_ms", "max_peak_rss_mb", "max_init_ms")
+
+
+def candidate_name(c: Component) -> str:
+    """A plain folder name from the student and its options: bilstm-embedding_dim64-…"""
+    parts = [f"{k}{v}" for k, v in sorted(c.options.items())]
+    return "-".join([c.name, *parts]).replace("/", "_")
+
+
+def plan(
+    cfg: PlanConfig,
+    budget: Budget,
+    out_dir: str | Path,
+    overwrite: bool = False,
+) -> PlanResult:
+    """Build, export, bundle and profile every candidate of `cfg.grid` untrained; judge
+    each on `budget`'s shape limits (for `cfg.device`); write `plan.json` in `out_dir`."""
+    from edgekd.devices.base import load_spec
+    from edgekd.stages.check import budget_for
+
+    check_output(out_dir, overwrite)
+    spec = load_spec(cfg.device, host=cfg.host)  # a bad device fails before any work
+    defaults = None if spec.name in budget.devices else spec.budget
+    b = budget_for(budget, spec.name, cfg.threads or spec.threads, defaults)
+    limits = {f: float(getattr(b, f)) for f in SHAPE_LIMITS if getattr(b, f) is not None}
+    if not limits:
+        raise EdgeKDError(
+            f"the budget sets none of {', '.join(SHAPE_LIMITS)} for {spec.name}: a plan has "
+            "nothing to fit; set one (e.g. max_p90_ms: 5)"
+        )
+    names = [candidate_name(c) for c in cfg.grid]
+    if len(set(names)) < len(names):
+        raise EdgeKDError("plan grid lists one candidate twice; drop the copy")
+
+    from edgekd.data import load_task, median_tokens
+    from edgekd.distill.teacher import load_teacher
+
+    task = load_task(cfg.data)
+    teacher, teacher_tok = load_teacher(cfg.teacher)
+    seq_len = cfg.seq_len or median_tokens(teacher_tok, task.dev.texts)
+    shape_only = Budget(**{f: b.model_dump()[f] for f in SHAPE_LIMITS}, threads=b.threads)
+    candidates = []
+    with atomic_dir(out_dir, overwrite) as tmp, tempfile.TemporaryDirectory() as work:
+        for name, c in zip(names, cfg.grid, strict=True):
+            console.print(f"plan: {name}")  # one plain line per candidate (CI logs)
+            m = measure(c, task, teacher, teacher_tok, cfg, Path(work) / name, b.threads, seq_len)
+            failed = [r.limit for r in evaluate(shape_only, m["metrics"]) if not r.passed]
+            candidates.append(
+                Candidate(
+                    name=name,
+                    student=c.model_dump(),
+                    params=m["params"],
+                    model=m["model"],
+                    bytes=m["bytes"],
+                    bundle_bytes=m["bundle_bytes"],
+                    fits=not failed,
+                    failed=failed,
+                    **{
+                        k: m["metrics"].get(k)
+                        for k in ("p50_ms", "p90_ms", "peak_rss_mb", "load_ms")
+                    },
+                )
+            )
+        result = PlanResult(
+            device=spec.name,
+            threads=b.threads,
+            seq_len=seq_len,
+            limits=limits,
+            candidates=rank(candidates),
+        )
+        result.write(tmp)
+        save_config(cfg, tmp / CONFIG)
+    return result
+
+
+def rank(candidates: list[Candidate]) -> list[Candidate]:
+    """Fitting candidates first, most parameters first (the most capacity that fits);
+    then the rest, smallest first (the nearest to fitting)."""
+    fit = sorted((c for c in candidates if c.fits), key=lambda c: (-c.params, c.p90_ms or 0))
+    rest = sorted((c for c in candidates if not c.fits), key=lambda c: c.params)
+    return fit + rest
+
+
+def measure(
+    c: Component,
+    task: Any,
+    teacher: Any,
+    teacher_tok: Any,
+    cfg: PlanConfig,
+    folder: Path,
+    threads: int,
+    seq_len: int,
+) -> dict[str, Any]:
+    """One candidate untrained: built, exported as configured, bundled, profiled."""
+    import torch
+
+    from edgekd.devices.profile import profile_model
+    from edgekd.stages.bundle import make_bundle
+    from edgekd.stages.export import export as run_export
+    from edgekd.students.base import save_student
+
+    torch.manual_seed(0)
+    try:
+        model, tok = STUDENTS.get(c.name).prepare(
+            c.options, task.train.texts, task.num_labels, teacher, teacher_tok
+        )
+    except ValueError as e:  # options that fit the config model but not this teacher
+        raise EdgeKDError(
+            f"plan candidate {c.name}: {str(e).splitlines()[0]}; fix the grid"
+        ) from None
+    (folder / "student").mkdir(parents=True)
+    save_student(folder / "student", model.eval(), tok, task.label_names)
+    report = run_export(cfg.export, folder / "student", folder / "export", cfg.data)
+    shipped = report.shipped()
+    path = folder / "export" / report.models[shipped].path
+    make_bundle(folder / "export", folder / "bundle", shipped)
+    prof = profile_model(
+        path,
+        cfg.device,
+        threads,
+        cfg.runs,
+        min(20, cfg.runs),
+        seq_len,
+        None,
+        cfg.trials,
+        host=cfg.host,
+    )
+    metrics = {
+        "bytes": report.models[shipped].bytes,
+        **{k: prof.get(k) for k in ("p50_ms", "p90_ms", "peak_rss_mb", "load_ms")},
+    }
+    return {
+        "params": sum(p.numel() for p in model.parameters()),
+        "model": shipped,
+        "bytes": report.models[shipped].bytes or path.stat().st_size,
+        "bundle_bytes": BundleManifest.read(folder / "bundle").bytes,
+        "metrics": {k: float(v) for k, v in metrics.items() if v is not None},
+    }

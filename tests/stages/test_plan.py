@@ -1,0 +1,108 @@
+"""`edgekd plan`: untrained candidates exported, bundled and timed; the ones that fit
+the budget ranked; a recipe with `variants: plan` distils the top ones."""
+
+import json
+
+import pytest
+import yaml
+
+from edgekd.artifacts import PlanResult
+from edgekd.budget import Budget
+from edgekd.config import DEFAULT_GRID, DataConfig, ExportConfig, PlanConfig
+from edgekd.errors import EdgeKDError
+from edgekd.stages.plan import candidate_name, plan
+
+SMALL = {"name": "bilstm", "options": {"hidden_size": 4, "embedding_dim": 8, "mlp_size": 8}}
+LARGE = {"name": "bilstm", "options": {"hidden_size": 64, "embedding_dim": 64, "mlp_size": 64}}
+# int8 BiLSTMs on the tiny task's ~40-token vocabulary: SMALL is a few kB, LARGE ~90 kB
+# (2 directions × 4 gates × 64 × (64 + 64) weights alone are 65k bytes in int8).
+MAX_BYTES = 30_000
+
+
+def config(teacher, data, **kw) -> PlanConfig:
+    return PlanConfig(
+        teacher=str(teacher),
+        data=DataConfig(spec=str(data)),
+        grid=kw.pop("grid", [LARGE, SMALL]),
+        runs=10,
+        trials=2,
+        export=ExportConfig(guard=False),
+        **kw,
+    )
+
+
+def test_default_grid_is_three_bilstm_widths_by_two_embeddings_and_four_berts():
+    bilstm = {
+        (c["options"]["hidden_size"], c["options"]["embedding_dim"]) for c in DEFAULT_GRID[:6]
+    }
+    assert bilstm == {(h, e) for h in (64, 150, 300) for e in (64, 128)}
+    bert = [c["options"] for c in DEFAULT_GRID[6:]]
+    assert {(o["layers"], o["hidden"]) for o in bert} == {(2, 128), (2, 256), (4, 128), (4, 256)}
+    assert all(o["heads"] * 64 == o["hidden"] and o["ffn"] == 4 * o["hidden"] for o in bert)
+    names = [candidate_name(c) for c in PlanConfig(teacher="t", data={"spec": "d"}).grid]
+    assert len(set(names)) == 10 and names[0] == "bilstm-embedding_dim64-hidden_size64"
+
+
+def test_plan_config_refuses_an_unknown_student_naming_the_valid_ones():
+    with pytest.raises(EdgeKDError, match="bilstm"):
+        from edgekd.config import validate
+
+        validate(PlanConfig, {"teacher": "t", "data": {"spec": "d"}, "grid": ["lstm9"]}, "plan")
+
+
+def test_plan_keeps_the_candidates_that_fit_and_ranks_them(tiny_teacher, tiny_data, tmp_path):
+    result = plan(config(tiny_teacher, tiny_data), Budget(max_bytes=MAX_BYTES), tmp_path / "p")
+    assert PlanResult.read(tmp_path / "p") == result
+    small, large = result.candidates  # the fitting one first
+    assert small.student == SMALL and small.fits and small.bytes <= MAX_BYTES
+    assert large.student == LARGE and not large.fits and large.failed == ["max_bytes"]
+    assert large.bytes > MAX_BYTES and large.params > small.params
+    # A bundle ships the model with its tokenizer and labels: more than the model alone.
+    assert small.bundle_bytes > small.bytes and small.p90_ms and small.peak_rss_mb
+    assert result.top(3) == [small] and result.limits == {"max_bytes": MAX_BYTES}
+
+
+def test_plan_ranks_fitting_candidates_largest_first(tiny_teacher, tiny_data, tmp_path):
+    result = plan(config(tiny_teacher, tiny_data), Budget(max_bytes=10_000_000), tmp_path / "p")
+    assert [c.student for c in result.top(2)] == [LARGE, SMALL]
+
+
+def test_plan_refuses_a_budget_with_no_shape_limit_before_any_work(
+    tiny_teacher, tiny_data, tmp_path
+):
+    with pytest.raises(EdgeKDError, match="nothing to fit"):
+        plan(config(tiny_teacher, tiny_data), Budget(min_accuracy=0.9), tmp_path / "p")
+    assert not (tmp_path / "p").exists()
+
+
+def test_recipe_with_variants_plan_distils_the_top_candidate(tiny_teacher, tiny_data, tmp_path):
+    from edgekd.recipe import run_recipe
+
+    recipe = {
+        "name": "planned",
+        "out": str(tmp_path / "run"),
+        "data": {"spec": str(tiny_data)},
+        "teacher": {"path": str(tiny_teacher)},
+        "distill": {"epochs": 1},
+        "variants": "plan",
+        "plan": {"grid": [LARGE, SMALL], "top": 1, "runs": 6, "trials": 2},
+        "export": {"guard": False},
+        "profile": {"runs": 6, "trials": 2, "warmup": 1, "seq_len": 8, "teacher": False},
+        "budget": {"max_bytes": MAX_BYTES},
+        "report": False,
+    }
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    assert run_recipe(path) == 0
+    stages = [
+        s["stage"] for s in json.loads((tmp_path / "run" / "manifest.json").read_text())["stages"]
+    ]
+    small = candidate_name(_component(SMALL))
+    assert stages[0] == "plan" and f"distill {small}" in stages
+    assert not any(candidate_name(_component(LARGE)) in s for s in stages)
+
+
+def _component(c):
+    from edgekd.registry import Component
+
+    return Component.model_validate(c)
