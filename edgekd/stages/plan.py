@@ -30,9 +30,24 @@ from edgekd.registry import STUDENTS, Component
 SHAPE_LIMITS = ("max_bytes", "max_p90_ms", "max_peak_rss_mb", "max_init_ms")
 
 
+# Short keys for the grid's options in candidate names (bilstm-h150-e64); another option
+# keeps its own name.
+SHORT = {
+    "hidden_size": "h",
+    "embedding_dim": "e",
+    "mlp_size": "m",
+    "layers": "l",
+    "hidden": "w",
+    "heads": "a",
+    "ffn": "f",
+}
+
+
 def candidate_name(c: Component) -> str:
-    """A plain folder name from the student and its options: bilstm-embedding_dim64-…"""
-    parts = [f"{k}{v}" for k, v in sorted(c.options.items())]
+    """A plain folder name from the student and its options: bilstm-h150-e64, bert-l2-w128…"""
+    order = list(SHORT)
+    keys = sorted(c.options, key=lambda k: (order.index(k) if k in SHORT else len(order), k))
+    parts = [f"{SHORT.get(k, k)}{c.options[k]}" for k in keys]
     return "-".join([c.name, *parts]).replace("/", "_")
 
 

@@ -40,7 +40,8 @@ def test_default_grid_is_three_bilstm_widths_by_two_embeddings_and_four_berts():
     assert {(o["layers"], o["hidden"]) for o in bert} == {(2, 128), (2, 256), (4, 128), (4, 256)}
     assert all(o["heads"] * 64 == o["hidden"] and o["ffn"] == 4 * o["hidden"] for o in bert)
     names = [candidate_name(c) for c in PlanConfig(teacher="t", data={"spec": "d"}).grid]
-    assert len(set(names)) == 10 and names[0] == "bilstm-embedding_dim64-hidden_size64"
+    assert len(set(names)) == 10 and names[0] == "bilstm-h64-e64"
+    assert names[-1] == "bert-l4-w256-a4-f1024"
 
 
 def test_plan_config_refuses_an_unknown_student_naming_the_valid_ones():
