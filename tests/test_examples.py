@@ -90,12 +90,18 @@ def test_github_actions_workflow_calls_edgekd_with_valid_options():
                 name, *args = shlex.split(line.replace("\n", " "))[1:]
                 cli.commands[name].make_context(name, args)  # raises on a bad option
                 seen.append(name)
-    assert seen == ["distill", "export", "profile", "check", "report"]
+    assert seen == ["distill", "export", "profile", "check", "check", "report"]
     check = next(s for s in steps if s.get("id") == "check")["run"]
     for flag in ("--junit runs/junit.xml", "--github-summary", "--bench-json runs/bench.json"):
         assert flag in check
     uses = {s.get("uses", "").split("@")[0]: s for s in steps}
-    assert uses["mikepenz/action-junit-report"]["with"]["report_paths"] == "runs/junit.xml"
+    assert uses["mikepenz/action-junit-report"]["with"]["report_paths"] == "runs/junit*.xml"
+    baseline = next(s for s in steps if s.get("id") == "baseline")["run"]
+    for flag in ("--baseline baseline/export", "--markdown runs/pr-comment.md", "--bmf"):
+        assert flag in baseline
+    comment = uses["marocchino/sticky-pull-request-comment"]["with"]
+    assert comment["path"] == "runs/pr-comment.md"
+    assert uses["dawidd6/action-download-artifact"]["with"]["name"] == "edgekd-run"
     bench = uses["benchmark-action/github-action-benchmark"]["with"]
     assert (
         bench["tool"] == "customSmallerIsBetter" and bench["output-file-path"] == "runs/bench.json"

@@ -185,11 +185,18 @@ def test_github_actions_workflow_steps_run_in_order(sandbox):
     assert set(env) - {"GITHUB_STEP_SUMMARY"} == set(flow["env"])  # every placeholder set
     ran = []
     for step in steps:
+        if step.get("uses", "").startswith("dawidd6/action-download-artifact"):
+            # main's artifact: here, this very export (an unchanged PR must pass).
+            shutil.copytree(work / "runs" / "export", work / step["with"]["path"] / "export")
         command = step.get("run", "").strip()
         if command.startswith("edgekd "):
             run(sandbox, command, env)
             ran.append(command.split()[1])
-    assert ran == ["distill", "export", "profile", "check", "report"]
-    for path in ("runs/junit.xml", "runs/bench.json", "runs/check.json", "runs/report/report.html"):
+    assert ran == ["distill", "export", "profile", "check", "check", "report"]
+    for path in (
+        "runs/junit.xml", "runs/bench.json", "runs/check.json", "runs/report/report.html",
+        "runs/pr-comment.md", "runs/bmf.json", "runs/junit-baseline.xml",
+    ):  # fmt: skip
         assert (work / path).is_file(), path
     assert "| limit |" in summary.read_text()
+    assert "| metric | baseline | now |" in (work / "runs" / "pr-comment.md").read_text()

@@ -15,12 +15,13 @@ candidate's latency predicts its trained student's.
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from edgekd.artifacts import CONFIG, BundleManifest, Candidate, PlanResult
 from edgekd.budget import Budget, evaluate
-from edgekd.config import PlanConfig, save_config
+from edgekd.config import DistillConfig, PlanConfig, save_config
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, check_output
 from edgekd.progress import console
@@ -76,11 +77,18 @@ def plan(
     if len(set(names)) < len(names):
         raise EdgeKDError("plan grid lists one candidate twice; drop the copy")
 
-    from edgekd.data import load_task, median_tokens
+    from edgekd.data import carve_selection, load_task, median_tokens
     from edgekd.distill.teacher import load_teacher
 
     task = load_task(cfg.data)
     teacher, teacher_tok = load_teacher(cfg.teacher)
+    # The rows distillation builds a vocabulary from: training minus the selection rows
+    # it holds out (its defaults), so a candidate's table has the trained one's rows.
+    defaults = DistillConfig.model_fields
+    train, _, _ = carve_selection(
+        task.train, defaults["selection_rows"].default, defaults["seed"].default
+    )
+    task = replace(task, train=train)
     seq_len = cfg.seq_len or median_tokens(teacher_tok, task.dev.texts)
     shape_only = Budget(**{f: b.model_dump()[f] for f in SHAPE_LIMITS}, threads=b.threads)
     candidates = []
