@@ -54,7 +54,7 @@ def main() -> None:
     from edgekd.stages.bundle import make_bundle
     from edgekd.stages.distill import distill
     from edgekd.stages.export import export
-    from edgekd.stages.plan import candidate_name, measure
+    from edgekd.stages.plan import candidate_name, measure, training_rows
 
     sys.path.insert(0, str(REPO / "benchmarks"))
     from distill_default import revision
@@ -62,7 +62,7 @@ def main() -> None:
     teacher_dir = str(args.shared / "models" / "sst2-minilm-teacher")
     data = DataConfig(spec=str(args.shared / "data" / "sst2"), max_train=args.max_train)
     cfg = PlanConfig(teacher=teacher_dir, data=data, grid=SIZES, runs=400, trials=10)
-    task = load_task(data)
+    task = training_rows(load_task(data))  # as `edgekd plan` reads it
     teacher, teacher_tok = load_teacher(teacher_dir)
     seq_len = median_tokens(teacher_tok, task.dev.texts)
     shutil.rmtree(WORK, ignore_errors=True)

@@ -6,6 +6,8 @@
     export = kd.export(kd.ExportConfig(int8=True), "out/s", "out/e")
     (prof,) = kd.profile(kd.ProfileConfig(threads=1), [Path("out/e") / export.models["int8"].path])
     verdict = kd.check(kd.Budget(max_bytes=2_000_000), ["out/e"])
+    vs_main = kd.check(None, ["out/e"], baseline="main/e")  # regressions against a baseline
+    fits = kd.plan(kd.PlanConfig(teacher=..., data=...), kd.Budget(max_p90_ms=2), "out/plan")
 
 Each stage owns its output folder (refused if it holds files edgekd did not write,
 unless `overwrite=True`) and returns the typed artifact it wrote (`edgekd.artifacts`).
@@ -20,6 +22,7 @@ from edgekd.artifacts import (
     DistillMetrics,
     EvalResult,
     ExportReport,
+    PlanResult,
     ProfileResult,
     ProfileSweep,
     TeacherMetrics,
@@ -31,6 +34,7 @@ from edgekd.config import (
     DataConfig,
     DistillConfig,
     ExportConfig,
+    PlanConfig,
     ProfileConfig,
     TeacherConfig,
     load_yaml,
@@ -44,6 +48,7 @@ from edgekd.stages.check import check
 from edgekd.stages.distill import distill
 from edgekd.stages.evaluate import evaluate
 from edgekd.stages.export import export
+from edgekd.stages.plan import plan
 from edgekd.stages.profile import profile
 from edgekd.stages.report import report
 from edgekd.stages.teacher import teacher
@@ -62,6 +67,8 @@ __all__ = [
     "EvalResult",
     "ExportConfig",
     "ExportReport",
+    "PlanConfig",
+    "PlanResult",
     "ProfileConfig",
     "ProfileResult",
     "ProfileSweep",
@@ -77,6 +84,7 @@ __all__ = [
     "load_budget",
     "load_recipe",
     "load_yaml",
+    "plan",
     "profile",
     "report",
     "run_recipe",

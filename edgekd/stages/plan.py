@@ -77,18 +77,11 @@ def plan(
     if len(set(names)) < len(names):
         raise EdgeKDError("plan grid lists one candidate twice; drop the copy")
 
-    from edgekd.data import carve_selection, load_task, median_tokens
+    from edgekd.data import load_task, median_tokens
     from edgekd.distill.teacher import load_teacher
 
-    task = load_task(cfg.data)
+    task = training_rows(load_task(cfg.data))
     teacher, teacher_tok = load_teacher(cfg.teacher)
-    # The rows distillation builds a vocabulary from: training minus the selection rows
-    # it holds out (its defaults), so a candidate's table has the trained one's rows.
-    defaults = DistillConfig.model_fields
-    train, _, _ = carve_selection(
-        task.train, defaults["selection_rows"].default, defaults["seed"].default
-    )
-    task = replace(task, train=train)
     seq_len = cfg.seq_len or median_tokens(teacher_tok, task.dev.texts)
     shape_only = Budget(**{f: b.model_dump()[f] for f in SHAPE_LIMITS}, threads=b.threads)
     candidates = []
@@ -123,6 +116,19 @@ def plan(
         result.write(tmp)
         save_config(cfg, tmp / CONFIG)
     return result
+
+
+def training_rows(task: Any) -> Any:
+    """`task` with the training rows distillation builds a vocabulary from: training
+    minus the selection rows it holds out (its defaults), so a candidate's embedding
+    table has the trained student's rows."""
+    from edgekd.data import carve_selection
+
+    defaults = DistillConfig.model_fields
+    train, _, _ = carve_selection(
+        task.train, defaults["selection_rows"].default, defaults["seed"].default
+    )
+    return replace(task, train=train)
 
 
 def rank(candidates: list[Candidate]) -> list[Candidate]:
