@@ -141,10 +141,12 @@ class BiLSTMStudent(Student):
         sides = {"": (7, 4, 1), **({"_b": (1, 5, 3)} if self.config.pair else {})}
         return dummy_rows(self.vocab_size, sides)
 
-    def fixed_length_module(self) -> nn.Module:
+    def fixed_length_module(self, int8: bool = False) -> nn.Module:
+        """The student on right-padded rows of one length (ExecuTorch); `int8`: its
+        weights stored in int8 (`Int8FixedLengthBiLSTM`)."""
         if self.config.pair:
             raise EdgeKDError("the fixed-length form takes single texts; pair models use ONNX")
-        return FixedLengthBiLSTM(self)
+        return Int8FixedLengthBiLSTM(self) if int8 else FixedLengthBiLSTM(self)
 
     def trimmed(self, keep: list[int]) -> BiLSTMStudent:
         out = type(self)(self.config, len(keep), self.num_labels)
@@ -252,18 +254,24 @@ class FixedLengthBiLSTM(nn.Module):
                 getattr(self.forward_lstm, name).copy_(getattr(lstm, name))
                 getattr(self.backward_lstm, name).copy_(getattr(lstm, f"{name}_reverse"))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         s = self.s
         x = s.embedding(input_ids)
-        if s.embedding_proj is not None:
-            x = s.embedding_proj(x)
+        return s.embedding_proj(x) if s.embedding_proj is not None else x
+
+    def directions(self, x: torch.Tensor, x_rev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward LSTM over `x`, backward LSTM over `x_rev` (each row read backwards)."""
+        return self.forward_lstm(x)[0], self.backward_lstm(x_rev)[0]
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        s = self.s
+        x = self.embed(input_ids)
         lengths = attention_mask.sum(1, keepdim=True)
         pos = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
         # Within its length a row is read backwards; padding positions stay in place.
         rev = torch.where(pos < lengths, lengths - 1 - pos, pos)
         index = rev.unsqueeze(-1).expand(-1, -1, x.shape[-1])
-        out_f, _ = self.forward_lstm(x)
-        out_b_rev, _ = self.backward_lstm(torch.gather(x, 1, index))
+        out_f, out_b_rev = self.directions(x, torch.gather(x, 1, index))
         hidden_index = rev.unsqueeze(-1).expand(-1, -1, out_b_rev.shape[-1])
         out_b = torch.gather(out_b_rev, 1, hidden_index)
         if s.config.pooling == "last":
@@ -274,3 +282,66 @@ class FixedLengthBiLSTM(nn.Module):
             pad = attention_mask.unsqueeze(-1) == 0
             pooled = out.masked_fill(pad, -1e4).max(dim=1).values
         return s.classifier(torch.relu(s.mlp(pooled)))
+
+
+def int8_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 per output row: w ≈ q · scale[:, None], |q| ≤ 127."""
+    scale = w.abs().amax(dim=1).clamp(min=1e-8) / 127
+    return torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8), scale
+
+
+class Int8FixedLengthBiLSTM(FixedLengthBiLSTM):
+    """The fixed-length BiLSTM with every weight stored in int8, for ExecuTorch.
+
+    XNNPACK's quantizer turns `nn.Linear` into dynamically quantised int8 kernels, but it
+    has none for an embedding lookup or a recurrence. So: the input projections of both
+    directions (all steps in one matmul), the MLP and the classifier are plain Linears
+    it quantises; the embedding table and the recurrent weights are int8 buffers with a
+    scale per row, widened to fp32 once per call (the table only at the looked-up rows),
+    and the recurrence runs step by step over the fixed length.
+    """
+
+    def __init__(self, student: Any) -> None:
+        super().__init__(student)
+        lstm = student.lstm
+        self.hidden = lstm.hidden_size
+        table, table_scale = int8_rows(student.embedding.weight.detach())
+        self.register_buffer("table", table)
+        self.register_buffer("table_scale", table_scale.unsqueeze(1))
+        self.input_f = nn.Linear(lstm.input_size, 4 * lstm.hidden_size)
+        self.input_b = nn.Linear(lstm.input_size, 4 * lstm.hidden_size)
+        with torch.no_grad():
+            for linear, suffix in ((self.input_f, ""), (self.input_b, "_reverse")):
+                linear.weight.copy_(getattr(lstm, f"weight_ih_l0{suffix}"))
+                # One bias: b_ih + b_hh both add to every step's gates.
+                linear.bias.copy_(
+                    getattr(lstm, f"bias_ih_l0{suffix}") + getattr(lstm, f"bias_hh_l0{suffix}")
+                )
+        for name, suffix in (("recurrent_f", ""), ("recurrent_b", "_reverse")):
+            q, scale = int8_rows(getattr(lstm, f"weight_hh_l0{suffix}").detach())
+            self.register_buffer(name, q)
+            self.register_buffer(f"{name}_scale", scale.unsqueeze(1))
+        del self.forward_lstm, self.backward_lstm  # their fp32 weights are not shipped
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        s = self.s
+        rows = nn.functional.embedding(input_ids, self.table).float()
+        x = rows * nn.functional.embedding(input_ids, self.table_scale)
+        return s.embedding_proj(x) if s.embedding_proj is not None else x
+
+    def recur(self, gates_in: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """LSTM steps over precomputed input gates (batch × length × 4·hidden)."""
+        h = gates_in.new_zeros(gates_in.shape[0], self.hidden)
+        c = torch.zeros_like(h)
+        steps = []
+        for t in range(gates_in.shape[1]):
+            i, f, g, o = (gates_in[:, t] + h @ weight.t()).chunk(4, dim=-1)  # PyTorch's order
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            steps.append(h)
+        return torch.stack(steps, dim=1)
+
+    def directions(self, x: torch.Tensor, x_rev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w_f = self.recurrent_f.float() * self.recurrent_f_scale
+        w_b = self.recurrent_b.float() * self.recurrent_b_scale
+        return self.recur(self.input_f(x), w_f), self.recur(self.input_b(x_rev), w_b)

@@ -102,10 +102,70 @@ def test_mobile_export_writes_ort_that_matches_onnx_and_a_usability_report(stude
 
 def test_executorch_pte_matches_pytorch_on_padded_rows(student, tmp_path):
     pytest.importorskip("executorch", reason="optional: pip install -e '.[executorch]'")
-    report = run_export(ExportConfig(guard=False, executorch=True), student, tmp_path / "e")
-    pte = report["executorch"]
+    cfg = ExportConfig(int8=False, executorch=True)
+    pte = run_export(cfg, student, tmp_path / "e")["executorch"]
     assert (tmp_path / "e" / "model.pte").stat().st_size == pte["bytes"] > 0
-    assert pte["max_abs_diff"] <= 1e-4 and pte["length"] == 64
+    assert pte["max_abs_diff"] <= 1e-4 and pte["length"] == 64 and pte["int8"] is False
+
+
+def test_executorch_int8_pte_runs_and_matches_pytorch_within_tolerance(
+    tiny_teacher, tiny_data, tmp_path
+):
+    pytest.importorskip("executorch", reason="optional: pip install -e '.[executorch]'")
+    from edgekd.exporters.executorch import INT8_ATOL
+
+    # max_length 8: the int8 program unrolls the recurrence, one step per token.
+    student = short_student(tiny_teacher, tiny_data, tmp_path / "s", hidden=16)
+    fp32 = run_export(ExportConfig(int8=False, executorch=True), student, tmp_path / "f")
+    int8 = run_export(ExportConfig(guard=False, executorch=True), student, tmp_path / "i")
+    pte = int8["executorch"]
+    assert pte["int8"] is True and pte["max_abs_diff"] <= INT8_ATOL and pte["n_dev"] == 40
+    assert pte["agreement"] >= 0.9 and 0 <= pte["accuracy"] <= 1
+    assert pte["bytes"] < fp32["executorch"]["bytes"]  # weights stored in int8
+
+
+def short_student(teacher, data, folder, hidden: int = 8):
+    """An untrained BiLSTM of max_length 8 (weights fixed by the seed)."""
+    import torch
+
+    from edgekd.config import DataConfig
+    from edgekd.data import load_task
+    from edgekd.distill.teacher import load_teacher
+    from edgekd.students.base import save_student
+    from edgekd.students.bilstm import BiLSTMStudent
+
+    torch.manual_seed(0)
+    texts = load_task(DataConfig(spec=str(data))).train.texts
+    options = {"embedding_dim": 16, "hidden_size": hidden, "mlp_size": 16, "max_length": 8}
+    model, tok = BiLSTMStudent.prepare(options, texts, 2, *load_teacher(str(teacher)))
+    folder.mkdir()
+    save_student(folder, model.eval(), tok, ["negative", "positive"])
+    (folder / "config.yaml").write_text(f"teacher: {teacher}\ndata:\n  spec: {data}\n")
+    return folder
+
+
+def test_int8_fixed_length_bilstm_equals_fp32_when_weights_are_on_the_int8_grid(student):
+    # Weights that int8 stores exactly (k · scale, |k| ≤ 127, one scale per row) leave
+    # only the recurrence: the unrolled int8 module must then equal the fp32 one.
+    import torch
+
+    from edgekd.exporters.base import pad_inputs
+    from edgekd.students.base import load_student
+    from edgekd.students.bilstm import int8_rows
+
+    model, tok, _ = load_student(student)
+    with torch.no_grad():
+        for name, w in model.named_parameters():
+            if w.dim() == 2 and ("embedding" in name or "weight_hh" in name):
+                q, scale = int8_rows(w)
+                w.copy_(q.float() * scale[:, None])
+    fixed, int8 = model.fixed_length_module().eval(), model.fixed_length_module(int8=True).eval()
+    assert not any(isinstance(m, torch.nn.LSTM) for m in int8.modules() if m is not model.lstm)
+    for text in ["good", "the movie was really very good and fun", "bad plot"]:
+        padded = pad_inputs(tok([text]), 1, 16)
+        args = [torch.from_numpy(padded[k]) for k in ("input_ids", "attention_mask")]
+        with torch.no_grad():
+            torch.testing.assert_close(int8(*args), fixed(*args), atol=1e-5, rtol=0)
 
 
 def test_fixed_length_bilstm_equals_the_packed_student_at_any_length(student):
