@@ -53,6 +53,7 @@ from edgekd.config import (
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, claim_folder, sha256_file
 from edgekd.progress import console
+from edgekd.registry import Component
 
 SAFE_NAME = re.compile(PLAIN_NAME)
 
@@ -173,7 +174,17 @@ class Recipe(StrictModel):
         }
         if self.plan.grid is not None:
             fields["grid"] = self.plan.grid
-        return validate(PlanConfig, fields, "recipe plan")
+        cfg = validate(PlanConfig, fields, "recipe plan")
+        # A candidate is timed as it will be distilled: the recipe's own student options
+        # (distill.student) under the candidate's, when it names the same student.
+        base = Component.model_validate(self.distill.get("student", "bilstm"))
+        grid = [
+            c.model_copy(update={"options": {**base.options, **c.options}})
+            if c.name == base.name
+            else c
+            for c in cfg.grid
+        ]
+        return cfg.model_copy(update={"grid": grid})
 
     def distill_config(self, variant: str, teacher: str) -> DistillConfig:
         fields = deep_merge(self.distill, self.named_variants()[variant])

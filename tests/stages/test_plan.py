@@ -103,6 +103,31 @@ def test_recipe_with_variants_plan_distils_the_top_candidate(tiny_teacher, tiny_
     assert not any(candidate_name(_component(LARGE)) in s for s in stages)
 
 
+def test_recipe_plan_times_candidates_with_the_recipes_student_options(tmp_path):
+    from edgekd.recipe import Recipe
+
+    recipe = Recipe.model_validate(
+        {
+            "name": "r",
+            "data": {"spec": "d"},
+            "distill": {"student": {"name": "bilstm", "options": {"mlp_size": 32}}},
+            "variants": "plan",
+            "plan": {"grid": [SMALL, {"name": "bert", "options": {"layers": 1}}]},
+            "budget": {"max_bytes": 1},
+        }
+    )
+    small, bert = recipe.plan_config("teacher").grid
+    # SMALL sets mlp_size itself (8): the candidate's own option wins; BERT takes none.
+    assert small.options == SMALL["options"] and bert.options == {"layers": 1}
+    recipe = recipe.model_copy(update={"plan": recipe.plan.model_copy(update={"grid": [LARGE]})})
+    (large,) = recipe.plan_config("teacher").grid
+    assert large.options == LARGE["options"]  # LARGE sets mlp_size too
+    no_mlp = {"name": "bilstm", "options": {"hidden_size": 32}}
+    recipe = recipe.model_copy(update={"plan": recipe.plan.model_copy(update={"grid": [no_mlp]})})
+    (merged,) = recipe.plan_config("teacher").grid
+    assert merged.options == {"mlp_size": 32, "hidden_size": 32}
+
+
 def _component(c):
     from edgekd.registry import Component
 
