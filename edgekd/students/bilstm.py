@@ -293,12 +293,13 @@ def int8_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 class Int8FixedLengthBiLSTM(FixedLengthBiLSTM):
     """The fixed-length BiLSTM with every weight stored in int8, for ExecuTorch.
 
-    XNNPACK's quantizer turns `nn.Linear` into dynamically quantised int8 kernels, but it
-    has none for an embedding lookup or a recurrence. So: the input projections of both
-    directions (all steps in one matmul), the MLP and the classifier are plain Linears
-    it quantises; the embedding table and the recurrent weights are int8 buffers with a
-    scale per row, widened to fp32 once per call (the table only at the looked-up rows),
-    and the recurrence runs step by step over the fixed length.
+    XNNPACK's quantizer turns `nn.Linear` into dynamically quantised int8 kernels but
+    has none for an LSTM or an embedding lookup. So the LSTM is written out as
+    Linears: each direction's input projection (all steps in one matmul) and its
+    recurrent step (one weight, called once per step and stored once), unrolled over
+    the fixed length; the quantizer takes those with the MLP and the classifier. The
+    embedding table is an int8 buffer with a scale per row, widened to fp32 only at
+    the looked-up rows.
     """
 
     def __init__(self, student: Any) -> None:
@@ -308,20 +309,22 @@ class Int8FixedLengthBiLSTM(FixedLengthBiLSTM):
         table, table_scale = int8_rows(student.embedding.weight.detach())
         self.register_buffer("table", table)
         self.register_buffer("table_scale", table_scale.unsqueeze(1))
-        self.input_f = nn.Linear(lstm.input_size, 4 * lstm.hidden_size)
-        self.input_b = nn.Linear(lstm.input_size, 4 * lstm.hidden_size)
+        size, four = lstm.input_size, 4 * lstm.hidden_size
+        self.input_f, self.input_b = nn.Linear(size, four), nn.Linear(size, four)
+        self.step_f = nn.Linear(lstm.hidden_size, four, bias=False)
+        self.step_b = nn.Linear(lstm.hidden_size, four, bias=False)
         with torch.no_grad():
-            for linear, suffix in ((self.input_f, ""), (self.input_b, "_reverse")):
-                linear.weight.copy_(getattr(lstm, f"weight_ih_l0{suffix}"))
+            for x, h, suffix in (
+                (self.input_f, self.step_f, ""),
+                (self.input_b, self.step_b, "_reverse"),
+            ):
+                x.weight.copy_(getattr(lstm, f"weight_ih_l0{suffix}"))
                 # One bias: b_ih + b_hh both add to every step's gates.
-                linear.bias.copy_(
+                x.bias.copy_(
                     getattr(lstm, f"bias_ih_l0{suffix}") + getattr(lstm, f"bias_hh_l0{suffix}")
                 )
-        for name, suffix in (("recurrent_f", ""), ("recurrent_b", "_reverse")):
-            q, scale = int8_rows(getattr(lstm, f"weight_hh_l0{suffix}").detach())
-            self.register_buffer(name, q)
-            self.register_buffer(f"{name}_scale", scale.unsqueeze(1))
-        del self.forward_lstm, self.backward_lstm  # their fp32 weights are not shipped
+                h.weight.copy_(getattr(lstm, f"weight_hh_l0{suffix}"))
+        del self.forward_lstm, self.backward_lstm  # written out above
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         s = self.s
@@ -329,19 +332,19 @@ class Int8FixedLengthBiLSTM(FixedLengthBiLSTM):
         x = rows * nn.functional.embedding(input_ids, self.table_scale)
         return s.embedding_proj(x) if s.embedding_proj is not None else x
 
-    def recur(self, gates_in: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    def recur(self, gates_in: torch.Tensor, step: nn.Linear) -> torch.Tensor:
         """LSTM steps over precomputed input gates (batch × length × 4·hidden)."""
         h = gates_in.new_zeros(gates_in.shape[0], self.hidden)
         c = torch.zeros_like(h)
-        steps = []
+        states = []
         for t in range(gates_in.shape[1]):
-            i, f, g, o = (gates_in[:, t] + h @ weight.t()).chunk(4, dim=-1)  # PyTorch's order
+            i, f, g, o = (gates_in[:, t] + step(h)).chunk(4, dim=-1)  # PyTorch's gate order
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             h = torch.sigmoid(o) * torch.tanh(c)
-            steps.append(h)
-        return torch.stack(steps, dim=1)
+            states.append(h)
+        return torch.stack(states, dim=1)
 
     def directions(self, x: torch.Tensor, x_rev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        w_f = self.recurrent_f.float() * self.recurrent_f_scale
-        w_b = self.recurrent_b.float() * self.recurrent_b_scale
-        return self.recur(self.input_f(x), w_f), self.recur(self.input_b(x_rev), w_b)
+        return self.recur(self.input_f(x), self.step_f), self.recur(
+            self.input_b(x_rev), self.step_b
+        )
