@@ -1,0 +1,123 @@
+"""The one-file model (`export --e2e`) against the two-step path on SST-2: string in,
+label out, timed side by side; sizes and load times.
+
+    python benchmarks/e2e_sst2.py [--student DIR] [--runs 400] [--trials 10]
+
+The student (default: the default benchmark's seed-0 student) is exported with
+`--int8 --e2e`; the export itself checks the one-file model's label on all 872 dev
+rows against the Python tokenizer path. Then `edgekd profile model.int8.onnx --vs
+model.e2e.onnx --data sst2`'s measurement: both models in one agent process per
+run (3 processes), alternating trials, each call one dev text (cycling through all
+872) from string to label: the tokenizers library + onnxruntime for the int8 model,
+onnxruntime alone for model.e2e.onnx. 1 thread, batch 1.
+
+Writes benchmarks/results/e2e_sst2.json and e2e_sst2.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+WORK = REPO / "runs" / "bench-e2e"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--student", type=Path, default=REPO / "runs/bench-default/sst2-seed0/student")
+    p.add_argument("--runs", type=int, default=400)
+    p.add_argument("--trials", type=int, default=10)
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    args = p.parse_args()
+
+    from edgekd.artifacts import E2E_MODEL, MODEL_FILES, ExportReport
+    from edgekd.config import ExportConfig
+    from edgekd.data import load_task
+    from edgekd.devices.agent import cpu_model
+    from edgekd.devices.profile import profile_model
+    from edgekd.stages.export import export, student_data_config
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from distill_default import revision
+
+    report = export(ExportConfig(e2e=True), args.student, WORK, overwrite=True)
+    assert report.e2e is not None
+    data = student_data_config(args.student)
+    assert data is not None
+    texts = load_task(data).dev.texts
+    two_step, one_file = WORK / MODEL_FILES[report.e2e.source], WORK / E2E_MODEL
+    r = profile_model(
+        two_step, "local-cpu", 1, args.runs, 20, 64, texts, args.trials, vs=one_file, processes=3
+    )
+    vs = r["vs"]
+    result: dict[str, Any] = {
+        "command": f"python benchmarks/e2e_sst2.py --runs {args.runs} --trials {args.trials}",
+        "cpu": cpu_model(),
+        "machine": platform.machine(),
+        "revision": revision(),
+        "rows_checked": report.e2e.rows,
+        "label_agreement": report.e2e.label_agreement,
+        "max_probability_diff": report.e2e.max_probability_diff,
+        "two_step": {
+            "model": two_step.name,
+            "bytes": two_step.stat().st_size,
+            "tokenizer_bytes": (WORK / "tokenizer.json").stat().st_size,
+            "p50_ms": r["p50_ms"],
+            "p90_ms": r["p90_ms"],
+            "load_ms": r["load_ms"],
+        },
+        "one_file": {
+            "model": one_file.name,
+            "bytes": one_file.stat().st_size,
+            "p50_ms": vs["b"]["p50_ms"],
+            "p90_ms": vs["b"]["p90_ms"],
+            "load_ms": vs["b"]["load_ms"],
+        },
+        "ratio_p50": vs["ratio_b_over_a"],
+        "ratio_p50_ci95": vs["ratio_ci95"],
+        "ratio_p90": vs["p90_ratio_b_over_a"],
+        "ratio_p90_ci95": vs["p90_ratio_ci95"],
+        "accuracy": ExportReport.read(WORK).models[report.e2e.source].accuracy,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "e2e_sst2.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.out / "e2e_sst2.md").write_text(markdown(result))
+    print(markdown(result))
+
+
+def markdown(r: dict[str, Any]) -> str:
+    a, b = r["two_step"], r["one_file"]
+    lo, hi = r["ratio_p50_ci95"]
+    lo9, hi9 = r["ratio_p90_ci95"]
+    return (
+        "\n".join(
+            [
+                "# One-file text→label ONNX against tokenizer + ONNX (SST-2, 1 thread, batch 1)",
+                "",
+                f"Command: `{r['command']}`. CPU: {r['cpu']}; revision {r['revision']}. Labels "
+                f"equal on {r['rows_checked']} of {r['rows_checked']} dev rows (max probability "
+                f"difference {r['max_probability_diff']:.1e}); dev accuracy {r['accuracy']:.4f}.",
+                "",
+                "| path | files | bytes | load ms | p50 ms | p90 ms |",
+                "|---|---|---|---|---|---|",
+                f"| tokenizers + onnxruntime | {a['model']} + tokenizer.json | "
+                f"{a['bytes'] + a['tokenizer_bytes']:,} | {a['load_ms']:.1f} | {a['p50_ms']:.3f} | "
+                f"{a['p90_ms']:.3f} |",
+                f"| onnxruntime + extensions | {b['model']} | {b['bytes']:,} | "
+                f"{b['load_ms']:.1f} | {b['p50_ms']:.3f} | {b['p90_ms']:.3f} |",
+                "",
+                f"One-file / two-step, side by side: p50 {r['ratio_p50']:.3f}× (95% CI {lo:.3f}-"
+                f"{hi:.3f}), p90 {r['ratio_p90']:.3f}× ({lo9:.3f}-{hi9:.3f}).",
+            ]
+        )
+        + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
