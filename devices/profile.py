@@ -139,7 +139,13 @@ def reads_strings(model: Path) -> bool:
     """Whether an ONNX model takes a string tensor (a `model.e2e.onnx`)."""
     import onnx
 
-    graph = onnx.load(str(model), load_external_data=False).graph
+    try:
+        graph = onnx.load(str(model), load_external_data=False).graph
+    except Exception as e:
+        raise EdgeKDError(
+            f"{model} is not a valid ONNX model ({type(e).__name__}); pass an .onnx file from "
+            "`edgekd export`"
+        ) from None
     return any(i.type.tensor_type.elem_type == onnx.TensorProto.STRING for i in graph.input)
 
 

@@ -51,6 +51,7 @@ def world(tmp_path_factory, tiny_teacher, tiny_data) -> Path:
         "unknown.yaml": "max_latency: 3\n",
         "empty.yaml": "",
         "negative.yaml": "max_bytes: -5\n",
+        "accuracy-only.yaml": "min_accuracy: 0.5\n",
         "device-typo.yaml": "max_bytes: 100\ndevices: {pi: {max_p90: 3}}\n",
     }.items():
         (bad / f"budget-{name}").write_text(text)
@@ -183,6 +184,17 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "check/garbled-export": (["check", X + "/garbled-export", "--budget", "{w}/ok-budget.yaml"], 2, "not valid JSON"),
     "check/array-export": (["check", X + "/array-export", "--budget", "{w}/ok-budget.yaml"], 2, "not a JSON object"),
     "check/unknown-device": (["check", E, "--budget", "{w}/ok-budget.yaml", "--device", "toaster"], 2, "valid names"),
+    "check/no-budget-no-baseline": (["check", E], 2, "--budget, --baseline or both"),
+    "check/baseline-missing": (["check", E, "--baseline", "{w}/nope"], 2, "does not exist"),
+    "check/baseline-not-a-run": (["check", E, "--baseline", X], 2, "no export folder, bundle or profile"),
+    "check/margin-ambiguous": (["check", E, "--baseline", E, "-s", "max_latency_regression=5"], 2, "ambiguous"),
+    "check/baseline-no-export": (["check", X, "--baseline", E], 2, "export folder"),
+    # plan
+    "plan/no-teacher": (["plan", "--data", D, "--budget", "{w}/ok-budget.yaml", "--out", OUT], 2, "--teacher"),
+    "plan/no-shape-limit": (["plan", "--teacher", T, "--data", D, "--budget", X + "/budget-accuracy-only.yaml", "--out", OUT], 2, "nothing to fit"),
+    "plan/bad-grid": (["plan", "--teacher", T, "--data", D, "--budget", "{w}/ok-budget.yaml", "--grid", X + "/list.yaml", "--out", OUT], 2, "bilstm"),
+    "plan/device": (["plan", "--teacher", T, "--data", D, "--budget", "{w}/ok-budget.yaml", "--device", "toaster", "--out", OUT], 2, "valid names"),
+    "plan/out-foreign": (["plan", "--teacher", T, "--data", D, "--budget", "{w}/ok-budget.yaml", "--out", X], 3, "--overwrite"),
     # bundle
     "bundle/not-an-export": (["bundle", X, "--out", OUT], 2, "export.json"),
     "bundle/model": (["bundle", E, "--out", OUT, "--model", "int4"], 2, "--model"),
@@ -195,6 +207,9 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "predict/deleted": (["predict", X + "/bundle-deleted", "hello"], 2, "tokenizer.json"),
     "predict/no-files": (["predict", X + "/bundle-no-manifest", "hello"], 2, "lists no files"),
     "predict/no-text": (["predict", B], 2, "no texts given"),
+    "predict/e2e-missing": (["predict", "{w}/nope.onnx", "hi"], 2, "does not exist"),
+    "predict/not-e2e": (["predict", E + "/model.onnx", "hi"], 2, "export --e2e"),
+    "bundle/e2e-none": (["bundle", E, "--out", OUT, "--model", "e2e"], 2, "export with --e2e"),
     "predict/file-missing": (["predict", B, "--file", "{w}/nope.txt"], 2, "does not exist"),
     "predict/file-folder": (["predict", B, "--file", X], 2, "does not exist"),
     "predict/threads": (["predict", B, "hi", "--threads", "-2"], 2, "--threads"),

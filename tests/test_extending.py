@@ -184,7 +184,7 @@ def test_an_export_format_in_one_file_and_one_registry_line_is_written(
 
     with pytest.raises(EdgeKDError, match=r"export format 'opcount': option 'top'"):
         ExportConfig(formats=[{"name": "opcount", "options": {"top": 0}}])
-    with pytest.raises(EdgeKDError, match="unknown export format 'opcnt'; valid names: int8"):
+    with pytest.raises(EdgeKDError, match="unknown export format 'opcnt'; valid names: e2e, int8"):
         ExportConfig(formats=["opcnt"])
 
     student = distill_tiny_bilstm(tiny_teacher, tiny_data, tmp_path / "student")
