@@ -176,6 +176,17 @@ def print_export(r: ExportReport, out: Path) -> None:
         )
     if r.int8_refused:
         typer.echo("int8: not kept, it was not faster than fp32 here (export.json says why)")
+    if r.e2e is not None:
+        typer.echo(
+            f"e2e: {r.e2e.path} {r.e2e.bytes:,} B (from {r.e2e.source}), same label as the "
+            f"tokenizer path on {r.e2e.rows:,} of {r.e2e.rows:,} dev rows"
+        )
+    pte = r.get("executorch")
+    if pte and "accuracy" in pte:
+        typer.echo(
+            f"executorch: {pte['path']} {pte['bytes']:,} B (int8), accuracy {pte['accuracy']:.4f}, "
+            f"agreement with PyTorch {pte['agreement']:.4f}"
+        )
     typer.echo(
         f"validated at atol {r.atol:.0e} (max diff {r.models['fp32'].max_abs_diff or 0:.1e}) "
         f"→ {out}"

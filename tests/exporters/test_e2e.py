@@ -149,3 +149,17 @@ def test_profile_times_the_e2e_model_on_strings_and_beside_the_two_step_path(e2e
         vs=e2e_export / E2E_MODEL,
     )
     assert both["end_to_end_timing"] and both["vs"]["ratio_b_over_a"] > 0
+
+
+def test_cli_export_e2e_says_what_it_checked(tiny_teacher, tiny_data, tmp_path):
+    from typer.testing import CliRunner
+
+    from edgekd.cli import app
+
+    data = DataConfig(spec=str(tiny_data))
+    student = untrained("word", tiny_teacher, data, tmp_path / "s")
+    (student / "config.yaml").write_text(f"teacher: {tiny_teacher}\ndata:\n  spec: {tiny_data}\n")
+    r = CliRunner().invoke(app, ["export", str(student), "--out", str(tmp_path / "e"), "--e2e"])
+    assert r.exit_code == 0, r.output
+    assert "e2e: model.e2e.onnx" in r.output and "on 40 of 40 dev rows" in r.output
+    assert ExportReport.read(tmp_path / "e").e2e.source == "fp32"  # no --int8: fp32 inside
