@@ -45,7 +45,6 @@ from edgekd.errors import EdgeKDError
 class Side:
     """One side of the comparison: the model file to time and what was recorded."""
 
-    source: Path  # what names it: the folder, .zip or profile given
     model: Path | None  # the ONNX file; None: nothing to time
     bytes: int | None
     predictions: DevPredictions | None  # holding this side's model under `kind`
@@ -63,7 +62,7 @@ def export_side(folder: Path, kind: str) -> Side:
         )
     entry = report.models[chosen]  # type: ignore[index]
     preds = DevPredictions.read(folder) if DevPredictions.path(folder).is_file() else None
-    return Side(folder, folder / entry.path, entry.bytes, preds, chosen)  # type: ignore[arg-type]
+    return Side(folder / entry.path, entry.bytes, preds, chosen)  # type: ignore[arg-type]
 
 
 @contextmanager
@@ -83,13 +82,13 @@ def baseline_side(path: Path, kind: str) -> Iterator[Side]:
                 "set `model: shipped` in the budget"
             )
         model = bundle.folder / MODEL
-        yield Side(path, model, model.stat().st_size, m.predictions, m.model)
+        yield Side(model, model.stat().st_size, m.predictions, m.model)
     elif path.is_file() and path.suffix == ".json":
         prof = read_profile(path)
         if not isinstance(prof, ProfileResult):
             raise EdgeKDError(f"{path} is a --seq-len sweep; pass a single profile as baseline")
         model = Path(prof.model)
-        yield Side(path, model if model.is_file() else None, prof.bytes, None, None)
+        yield Side(model if model.is_file() else None, prof.bytes, None, None)
     elif path.is_dir() and any(path.glob(PROFILE_GLOB)):
         with baseline_side(sorted(path.glob(PROFILE_GLOB))[-1], kind) as side:
             yield side
