@@ -45,7 +45,7 @@ from edgekd.config import ExportConfig
 from edgekd.errors import EdgeKDError
 from edgekd.exporters.base import ExportFormat, ExportJob
 from edgekd.progress import console
-from edgekd.students.predict import E2E_LABELS, E2EPredictor, OnnxPredictor
+from edgekd.students.predict import E2E_LABELS, E2EPredictor, OnnxPredictor, softmax
 
 CONTRIB = "ai.onnx.contrib"  # onnxruntime-extensions' operator domain
 ML = "ai.onnx.ml"  # LabelEncoder
@@ -367,8 +367,3 @@ def validate_e2e(path: Path, source: Path, texts: list[Any]) -> dict[str, Any]:
         "label_agreement": 1.0,
         "max_probability_diff": diff,
     }
-
-
-def softmax(x: np.ndarray) -> np.ndarray:
-    z = np.exp(x - x.max(axis=1, keepdims=True))
-    return z / z.sum(axis=1, keepdims=True)

@@ -38,7 +38,7 @@ from edgekd.artifacts import (
 )
 from edgekd.errors import OUTPUT_REFUSED, EdgeKDError
 from edgekd.io import MARKER, atomic_dir, check_output, owned_files, read_json, sha256_file
-from edgekd.students.predict import E2EPredictor, OnnxPredictor
+from edgekd.students.predict import E2EPredictor, OnnxPredictor, softmax
 
 MANIFEST = BundleManifest.FILE
 MODEL = MODEL_FILES["fp32"]  # whichever model ships, under one name
@@ -187,9 +187,7 @@ class OneFile:
 def probabilities(predictor: OnnxPredictor | E2EPredictor, texts: list[Any]) -> np.ndarray:
     if isinstance(predictor, E2EPredictor):
         return predictor.probabilities(texts)
-    logits = predictor.logits(texts)
-    z = logits - logits.max(axis=1, keepdims=True)
-    return np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
+    return softmax(predictor.logits(texts))
 
 
 def label_rows(label_names: list[str], probs: np.ndarray) -> list[dict[str, Any]]:

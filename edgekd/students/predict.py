@@ -115,6 +115,12 @@ class OnnxPredictor:
         return out
 
 
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Class probabilities per row of logits (shifted by the row max: no overflow)."""
+    z = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
+
+
 E2E_LABELS = "edgekd.labels"  # metadata key of a one-file model's label names (JSON list)
 
 

@@ -11,9 +11,9 @@ import pytest
 from edgekd.artifacts import E2E_MODEL, MODEL_FILES, BundleManifest, ExportReport
 from edgekd.config import DataConfig, ExportConfig
 from edgekd.errors import EdgeKDError
-from edgekd.exporters.e2e import check_tokenizer, softmax
+from edgekd.exporters.e2e import check_tokenizer
 from edgekd.stages.export import export as run_export
-from edgekd.students.predict import E2EPredictor, OnnxPredictor
+from edgekd.students.predict import E2EPredictor, OnnxPredictor, softmax
 
 # Texts the dev rows do not have: empty, whitespace only, accents (stripped when
 # lowercasing), CJK characters (split one by one), unknown words, punctuation runs,
