@@ -323,7 +323,9 @@ def distill(
     intermediate: str | None = typer.Option(
         None,
         "--intermediate",
-        help="Intermediate-layer loss for a bert student: pkd, tinybert or alp.",
+        help="Intermediate-layer loss for a bert student: pkd, tinybert, alp, distilbert "
+        "(cosine on mapped layers, every-other-layer init) or minilm (last-layer attention "
+        "and value relations).",
         show_default="none: logits only",
     ),
     assistant_layers: int | None = typer.Option(

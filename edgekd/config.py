@@ -207,7 +207,9 @@ class DistillConfig(StrictModel):
         "{layers: 3}}) whose student then teaches this one.",
     )
     intermediate: Component | None = Field(
-        None, description="Intermediate-layer loss for a BERT student: pkd, tinybert or alp."
+        None,
+        description="Intermediate-layer loss for a BERT student: pkd, tinybert, alp, "
+        "distilbert or minilm.",
     )
     schedules: dict[str, Schedule] = Field(
         default_factory=dict, description="Per-epoch values for loss attributes (temperature)."
@@ -298,6 +300,14 @@ class DistillConfig(StrictModel):
         LOSSES.options(self.loss, "loss")
         if self.intermediate is not None:
             LAYER_LOSSES.options(self.intermediate, "intermediate")
+            # A method that comes with its own student setup (DistilBERT: every other
+            # teacher layer) gives it, unless the student's options say otherwise; the
+            # resolved config then records what ran.
+            wants = getattr(LAYER_LOSSES.get(self.intermediate.name), "student_defaults", {})
+            fields = STUDENTS.config_model(self.student.name).model_fields
+            for key, value in wants.items():
+                if key in fields:
+                    self.student.options.setdefault(key, value)
         for method in self.augment.methods:
             AUGMENTERS.options(method, f"augment.methods.{method.name}")
         return self

@@ -175,6 +175,8 @@ LAYER_LOSSES: Registry[Any] = Registry(
         "pkd": "edgekd.distill.layers:PKDLoss",
         "tinybert": "edgekd.distill.layers:TinyBERTLoss",
         "alp": "edgekd.distill.layers:ALPLoss",
+        "distilbert": "edgekd.distill.layers:DistilBERTLoss",
+        "minilm": "edgekd.distill.layers:MiniLMLoss",
     },
 )
 DEVICES: Registry[Any] = Registry(

@@ -1,10 +1,11 @@
-"""Intermediate-layer distillation for transformer students: layer maps, PKD, TinyBERT, ALP-KD.
+"""Intermediate-layer distillation for transformer students: layer maps, PKD, TinyBERT,
+ALP-KD, DistilBERT, MiniLM.
 
 Each `LayerLoss` is an `nn.Module` (its learned projections train with the
 student) called with the student's and the teacher's `Features` of one batch:
 logits, hidden states (embedding output first, then one per layer, each
-batch × tokens × width), attention masks and, when `needs_scores`, the
-pre-softmax attention scores of every layer.
+batch × tokens × width), attention masks and, when `needs_attention`, every
+layer's projected queries, keys and values (`Attention`).
 
 Layer maps send student layer m (1..M) to teacher layer g(m) (1..N):
 `uniform` g(m) = round(m·N/M), `top` g(m) = m + N − M, `bottom` g(m) = m,
@@ -29,26 +30,59 @@ from edgekd.students.base import map_layers
 
 
 @dataclass
+class Attention:
+    """One self-attention layer's projected queries, keys and values (batch × T × width,
+    the heads side by side) and its head count."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    heads: int
+
+    @staticmethod
+    def split(x: torch.Tensor, heads: int) -> torch.Tensor:
+        """batch × T × width → batch × heads × T × (width / heads)."""
+        b, t, width = x.shape
+        if width % heads:
+            raise ValueError(f"width {width} does not split into {heads} heads")
+        return x.view(b, t, heads, width // heads).transpose(1, 2)
+
+    def relation(self, a: torch.Tensor, b: torch.Tensor, heads: int | None) -> torch.Tensor:
+        """Scaled dot products a·bᵀ/√d per head: batch × heads × T × T."""
+        a, b = self.split(a, heads or self.heads), self.split(b, heads or self.heads)
+        return a @ b.transpose(-1, -2) / math.sqrt(a.shape[-1])
+
+    def scores(self, heads: int | None = None) -> torch.Tensor:
+        """Pre-softmax attention scores QKᵀ/√d; with the layer's own heads, exactly
+        the scores its attention softmaxes."""
+        return self.relation(self.q, self.k, heads)
+
+    def value_relation(self, heads: int | None = None) -> torch.Tensor:
+        """MiniLM's value relation VVᵀ/√d, before its softmax."""
+        return self.relation(self.v, self.v, heads)
+
+
+@dataclass
 class Features:
     logits: torch.Tensor
     hidden: tuple[torch.Tensor, ...]
     mask: torch.Tensor
-    scores: list[torch.Tensor] | None = None
+    attention: list[Attention] | None = None
 
 
 @contextmanager
-def attention_scores(model: nn.Module) -> Iterator[list[torch.Tensor]]:
-    """Collect each layer's pre-softmax attention scores QKᵀ/√d (batch × heads × T × T)
-    during forward passes of a BERT-family encoder, in layer order.
+def attention_of(model: nn.Module) -> Iterator[list[Attention]]:
+    """Collect each self-attention layer's `Attention` (queries, keys, values) during
+    forward passes of a BERT-family encoder (BERT, MobileBERT), in layer order.
 
-    transformers' SDPA attention never materialises the scores; hooks on the query
-    and key projections rebuild them exactly, whatever the attention kernel.
+    transformers' SDPA attention never materialises the scores; hooks on the query,
+    key and value projections rebuild them exactly, whatever the attention kernel.
     """
-    needed = ("query", "key", "num_attention_heads", "attention_head_size")
+    needed = ("query", "key", "value", "num_attention_heads", "attention_head_size")
     layers = [m for m in model.modules() if all(hasattr(m, a) for a in needed)]
     if not layers:
-        raise ValueError("no BERT-style self-attention (query/key) modules found")
-    out: list[torch.Tensor] = []
+        raise ValueError("no BERT-style self-attention (query/key/value) modules found")
+    out: list[Attention] = []
     handles = []
     for layer in layers:
         cache: dict[str, torch.Tensor] = {}
@@ -60,17 +94,13 @@ def attention_scores(model: nn.Module) -> Iterator[list[torch.Tensor]]:
             return hook
 
         def on_layer(m: Any, _i: Any, _o: Any, cache: dict[str, Any] = cache) -> None:
-            b, t, _ = cache["q"].shape
-            h, d = int(m.num_attention_heads), int(m.attention_head_size)
-            q = cache["q"].view(b, t, h, d).transpose(1, 2)
-            k = cache["k"].view(b, t, h, d).transpose(1, 2)
-            out.append(q @ k.transpose(-1, -2) / math.sqrt(d))
+            out.append(Attention(cache["q"], cache["k"], cache["v"], int(m.num_attention_heads)))
 
         handles += [
-            layer.get_submodule("query").register_forward_hook(grab("q")),
-            layer.get_submodule("key").register_forward_hook(grab("k")),
-            layer.register_forward_hook(on_layer),
+            layer.get_submodule(name).register_forward_hook(grab(name[0]))
+            for name in ("query", "key", "value")
         ]
+        handles.append(layer.register_forward_hook(on_layer))
     try:
         yield out
     finally:
@@ -78,16 +108,16 @@ def attention_scores(model: nn.Module) -> Iterator[list[torch.Tensor]]:
             handle.remove()
 
 
-def hf_features(model: Any, batch: dict[str, torch.Tensor], scores: bool) -> Features:
+def hf_features(model: Any, batch: dict[str, torch.Tensor], attention: bool) -> Features:
     """Features of a Hugging Face `*ForSequenceClassification` (the teacher)."""
-    with attention_scores(model) if scores else nullcontext() as collected:
+    with attention_of(model) if attention else nullcontext() as collected:
         out = model(**batch, output_hidden_states=True)
     return Features(out.logits, out.hidden_states, batch["attention_mask"], collected)
 
 
-def student_features(model: Any, batch: dict[str, torch.Tensor], scores: bool) -> Features:
+def student_features(model: Any, batch: dict[str, torch.Tensor], attention: bool) -> Features:
     """Features of a student whose forward takes `return_hidden=True` (BertStudent)."""
-    with attention_scores(model) if scores else nullcontext() as collected:
+    with attention_of(model) if attention else nullcontext() as collected:
         logits, hidden = model(**batch, return_hidden=True)
     return Features(logits, hidden, batch["attention_mask"], collected)
 
@@ -121,7 +151,7 @@ class LayerLoss(nn.Module):
     """
 
     Config: ClassVar[type[BaseModel]] = LayerOptions
-    needs_scores = False
+    needs_attention = False  # True: `Features.attention` is collected
     same_tokens = False  # True when the loss compares token positions, not [CLS] only
     default_weight = 1.0
     default_stage_epochs = 0
@@ -150,6 +180,9 @@ class LayerLoss(nn.Module):
         if self.student_width == self.teacher_width:
             return nn.Identity()
         return nn.Linear(self.student_width, self.teacher_width, bias=False)
+
+    def check_models(self, student: nn.Module, teacher: nn.Module) -> None:
+        """Raise ValueError when these two models cannot be compared (before training)."""
 
     def weights(self, epoch: int) -> tuple[float, float]:
         """(weight of this term, weight of the prediction loss) at `epoch` (1-based)."""
@@ -191,7 +224,7 @@ class TinyBERTLoss(LayerLoss):
     alike (the BERT student reads the teacher's vocabulary).
     """
 
-    needs_scores = True
+    needs_attention = True
     same_tokens = True
 
     default_stage_epochs = 2
@@ -202,13 +235,13 @@ class TinyBERTLoss(LayerLoss):
         self.proj_hidden = self.projection()
 
     def forward(self, student: Features, teacher: Features) -> torch.Tensor:
-        assert student.scores is not None and teacher.scores is not None
+        assert student.attention is not None and teacher.attention is not None
         token = student.mask.unsqueeze(-1)
         loss = masked_mse(self.proj_embed(student.hidden[0]), teacher.hidden[0], token)
         pair_mask = (student.mask.unsqueeze(-1) * student.mask.unsqueeze(-2)).unsqueeze(1)
         for m, n in self.pairs:
             loss = loss + masked_mse(self.proj_hidden(student.hidden[m]), teacher.hidden[n], token)
-            a_s, a_t = student.scores[m - 1], teacher.scores[n - 1]
+            a_s, a_t = student.attention[m - 1].scores(), teacher.attention[n - 1].scores()
             if a_s.shape[1] != a_t.shape[1]:  # head counts differ: compare head means
                 a_s, a_t = a_s.mean(1, keepdim=True), a_t.mean(1, keepdim=True)
             loss = loss + masked_mse(a_s, a_t, pair_mask)
@@ -247,3 +280,119 @@ def encoder_shape(model: Any) -> tuple[int, int]:
     """(layers, width) of a BERT-style model (teacher or BertStudent)."""
     config = getattr(model, "hf_config", None) or model.config
     return int(config.num_hidden_layers), int(config.hidden_size)
+
+
+def attention_width(model: nn.Module) -> tuple[int, int]:
+    """(query width, heads) of a model's first self-attention layer."""
+    for m in model.modules():
+        query, heads = getattr(m, "query", None), getattr(m, "num_attention_heads", None)
+        if isinstance(query, nn.Linear) and isinstance(heads, int):
+            return query.out_features, heads
+    raise ValueError("no BERT-style self-attention (query/key/value) modules found")
+
+
+def token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of batch × T `values` over the real tokens (mask 1)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+class DistilBERTLoss(LayerLoss):
+    """DistilBERT's cosine loss (Sanh et al. 2019, "DistilBERT, a distilled version of
+    BERT", arXiv:1910.01108).
+
+    L_cos = Σ_m mean over real tokens of (1 − cos(h_s^m W, h_t^g(m))), added to the
+    prediction loss. The paper aligns the last hidden states of a student initialised
+    from every other teacher layer; here every mapped layer (`uniform` by default, so
+    student layer m learns from the teacher layer it was copied from; `last`: the
+    paper's one pair), and the student's `layer_init` defaults to `uniform` with it
+    (`student_defaults`). W is a learned projection when the widths differ (DistilBERT
+    kept the teacher's width, so it had none). Cosine compares directions only: it
+    leaves the student's scale free, unlike TinyBERT's MSE.
+    """
+
+    # Options this loss gives the student unless the user set them (the paper's init).
+    student_defaults: ClassVar[dict[str, Any]] = {"layer_init": "uniform"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.proj = self.projection()
+
+    def forward(self, student: Features, teacher: Features) -> torch.Tensor:
+        loss = student.logits.new_zeros(())
+        for m, n in self.pairs:
+            cos = F.cosine_similarity(self.proj(student.hidden[m]), teacher.hidden[n], dim=-1)
+            loss = loss + token_mean(1.0 - cos, student.mask)
+        return loss
+
+
+class MiniLMOptions(LayerOptions):
+    layer_map: Literal["uniform", "top", "bottom", "last"] = Field(
+        "last", description="Layer pairs compared (MiniLM: the last layers only)."
+    )
+    relation_heads: int | None = Field(
+        None,
+        ge=1,
+        description="Heads queries, keys and values are split into for the relations; unset: "
+        "the teacher's (with the student's own count, its real attention distributions).",
+    )
+
+
+def relation_kl(teacher: torch.Tensor, student: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over batch, heads and real query tokens of KL(softmax(teacher) ‖ softmax(student))
+    row by row (batch × heads × T × T relations), padding keys left out of both softmaxes."""
+    # −1e9, not −inf: a padded key then has probability 0 and log-probability ≈ −1e9 on
+    # both sides, so its KL term is 0 · (finite) = 0, never 0 · (−inf − −inf) = nan.
+    keys = mask[:, None, None, :] == 0
+    log_t = torch.log_softmax(teacher.masked_fill(keys, -1e9), dim=-1)
+    log_s = torch.log_softmax(student.masked_fill(keys, -1e9), dim=-1)
+    kl = (log_t.exp() * (log_t - log_s)).sum(-1)  # batch × heads × T
+    queries = mask[:, None, :].to(kl.dtype).expand_as(kl)
+    return (kl * queries).sum() / queries.sum().clamp_min(1.0)
+
+
+class MiniLMLoss(LayerLoss):
+    """MiniLM (Wang et al. 2020, "MiniLM: Deep Self-Attention Distillation for
+    Task-Agnostic Compression of Pre-Trained Transformers", arXiv:2002.10957).
+
+    L = KL(A_t ‖ A_s) + KL(VR_t ‖ VR_s) on the last layers (`layer_map` `last`), with
+    A = softmax(QKᵀ/√d_k) the attention distributions and VR = softmax(VVᵀ/√d_k) the
+    value relations, per head, averaged over heads and real query tokens. Both are
+    T × T per head whatever the width, so a student of any width needs no projection.
+    Heads: the relations are taken over `relation_heads` (unset: the teacher's count),
+    splitting the concatenated queries, keys and values (MiniLMv2's multi-head
+    relations, arXiv:2012.15828) so that head counts may differ too; when they equal
+    the student's own heads, A is exactly its attention distribution.
+    """
+
+    Config: ClassVar[type[BaseModel]] = MiniLMOptions
+    needs_attention = True
+    same_tokens = True
+
+    def __init__(self, *args: Any, relation_heads: int | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("layer_map", "last")
+        super().__init__(*args, **kwargs)
+        self.relation_heads = relation_heads
+
+    def check_models(self, student: nn.Module, teacher: nn.Module) -> None:
+        t_width, t_heads = attention_width(teacher)
+        s_width, _ = attention_width(student)
+        heads = self.relation_heads or t_heads
+        for who, width in (("student", s_width), ("teacher", t_width)):
+            if width % heads:
+                raise ValueError(
+                    f"the {who}'s attention width {width} does not split into {heads} relation "
+                    "heads; set relation_heads to a divisor of both widths"
+                )
+
+    def forward(self, student: Features, teacher: Features) -> torch.Tensor:
+        assert student.attention is not None and teacher.attention is not None
+        loss = student.logits.new_zeros(())
+        for m, n in self.pairs:
+            a_s, a_t = student.attention[m - 1], teacher.attention[n - 1]
+            heads = self.relation_heads or a_t.heads
+            loss = loss + relation_kl(a_t.scores(heads), a_s.scores(heads), student.mask)
+            loss = loss + relation_kl(
+                a_t.value_relation(heads), a_s.value_relation(heads), student.mask
+            )
+        return loss

@@ -194,10 +194,10 @@ def train_student(
         t_batch = {k[2:]: batch.pop(k) for k in list(batch) if k.startswith("t_")}
         w_layer, w_pred = layer_loss.weights(epoch) if layer_loss is not None else (0.0, 1.0)
         if w_layer > 0:
-            scores = layer_loss.needs_scores
-            s_feat = student_features(model, batch, scores)
+            attention = layer_loss.needs_attention
+            s_feat = student_features(model, batch, attention)
             with torch.no_grad():
-                t_feat = hf_features(teacher, t_batch if t_batch else batch, scores)
+                t_feat = hf_features(teacher, t_batch if t_batch else batch, attention)
             loss = w_layer * layer_loss(s_feat, t_feat)
             if w_pred > 0:
                 loss = loss + w_pred * loss_fn(s_feat.logits, teacher_logits, gold)
@@ -478,6 +478,7 @@ def build_extras(
             extras.layer_loss = layer_cls(
                 s_layers, t_layers, s_width, t_width, **options.model_dump()
             )
+            extras.layer_loss.check_models(student, teacher)
         except ValueError as e:  # e.g. more student layers than the teacher has
             raise EdgeKDError(f"intermediate {name!r}: {e}; fix intermediate.options") from None
         extras.teacher = teacher

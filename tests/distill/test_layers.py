@@ -1,4 +1,4 @@
-"""Layer maps, the pre-softmax attention hook, and the PKD / TinyBERT / ALP losses."""
+"""Layer maps, the attention hook, and the PKD / TinyBERT / ALP / DistilBERT / MiniLM losses."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ import torch
 
 from edgekd.distill.layers import (
     ALPLoss,
+    Attention,
+    DistilBERTLoss,
     Features,
+    MiniLMLoss,
     PKDLoss,
     TinyBERTLoss,
-    attention_scores,
+    attention_of,
     map_layers,
 )
 
@@ -91,11 +94,20 @@ def test_tinybert_loss_matches_hand_computation_and_skips_padding() -> None:
     mask = torch.tensor([[1, 0]])
     s_hidden = (torch.tensor([[[1.0, 2.0], [50.0, 50.0]]]), torch.tensor([[[0.0, 0.0], [7, 7]]]))
     t_hidden = (torch.tensor([[[1.0, 0.0], [0.0, 0.0]]]), torch.tensor([[[2.0, 2.0], [0, 0]]]))
-    s_scores = [torch.tensor([[[[3.0, 9.0], [9.0, 9.0]]]])]  # batch × heads(1) × 2 × 2
-    t_scores = [torch.tensor([[[[1.0, 0.0], [0.0, 0.0]]]])]
+    # One head of width 1: scores are q_i·k_j. Only pair (0, 0) counts: 1·3 vs 1·1.
+    s_att = [
+        Attention(
+            torch.tensor([[[1.0], [3.0]]]), torch.tensor([[[3.0], [9.0]]]), torch.zeros(1, 2, 1), 1
+        )
+    ]
+    t_att = [
+        Attention(
+            torch.tensor([[[1.0], [0.0]]]), torch.tensor([[[1.0], [0.0]]]), torch.zeros(1, 2, 1), 1
+        )
+    ]
     loss = TinyBERTLoss(1, 1, 2, 2, layer_map="bottom")
-    s = Features(torch.zeros(1, 2), s_hidden, mask, s_scores)
-    t = Features(torch.zeros(1, 2), t_hidden, mask, t_scores)
+    s = Features(torch.zeros(1, 2), s_hidden, mask, s_att)
+    t = Features(torch.zeros(1, 2), t_hidden, mask, t_att)
     # embeddings: ((1−1)² + (2−0)²)/2 = 2; hidden: (4 + 4)/2 = 4; attention: (3−1)² = 4
     assert loss(s, t).item() == pytest.approx(2 + 4 + 4)
 
@@ -107,7 +119,7 @@ def test_tinybert_runs_two_stages() -> None:
     assert sum(p.numel() for p in loss.parameters()) == 2 * 4 * 8
 
 
-def test_attention_scores_match_eager_attention_probabilities() -> None:
+def test_attention_hook_scores_match_eager_attention_probabilities() -> None:
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
@@ -122,9 +134,97 @@ def test_attention_scores_match_eager_attention_probabilities() -> None:
     model = BertModel(config).eval()
     ids = torch.randint(0, 30, (2, 5))
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
-    with attention_scores(model) as scores, torch.no_grad():
+    with attention_of(model) as found, torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, output_attentions=True)
-    assert len(scores) == 2
-    for raw, probs in zip(scores, out.attentions, strict=True):
-        masked = raw.masked_fill(mask[:, None, None, :] == 0, float("-inf"))
+    assert len(found) == 2
+    for attention, probs in zip(found, out.attentions, strict=True):
+        masked = attention.scores().masked_fill(mask[:, None, None, :] == 0, float("-inf"))
         assert torch.allclose(torch.softmax(masked, -1), probs, atol=1e-6)
+
+
+def test_distilbert_loss_matches_hand_computation_and_skips_padding() -> None:
+    # Student embeddings + 1 layer, teacher embeddings + 2 layers, map `uniform` → (1, 2).
+    # Token 0: s = (1, 0), t = (1, 1): cos = 1/√2. Token 1: s = (0, 2), t = (0, 5): cos 1.
+    # Token 2 is padding. L = mean(1 − 1/√2, 0) = (1 − 1/√2)/2.
+    mask = torch.tensor([[1, 1, 0]])
+    s_hidden = (torch.zeros(1, 3, 2), torch.tensor([[[1.0, 0.0], [0.0, 2.0], [-9.0, 1.0]]]))
+    t_layer = torch.tensor([[[1.0, 1.0], [0.0, 5.0], [1.0, 0.0]]])
+    t_hidden = (torch.zeros(1, 3, 2), torch.zeros(1, 3, 2), t_layer)
+    loss = DistilBERTLoss(1, 2, 2, 2)
+    got = loss(
+        Features(torch.zeros(1, 2), s_hidden, mask), Features(torch.zeros(1, 2), t_hidden, mask)
+    )
+    assert got.item() == pytest.approx((1 - 1 / math.sqrt(2)) / 2, rel=1e-6)
+    assert loss.pairs == [(1, 2)]
+    assert DistilBERTLoss.student_defaults == {"layer_init": "uniform"}
+
+
+def test_distilbert_is_blind_to_scale() -> None:
+    torch.manual_seed(0)
+    h = torch.randn(2, 4, 8)
+    mask = torch.ones(2, 4, dtype=torch.long)
+    s = Features(torch.zeros(2, 2), (h, 3.0 * h), mask)
+    t = Features(torch.zeros(2, 2), (h, h), mask)
+    assert DistilBERTLoss(1, 1, 8, 8)(s, t).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_minilm_loss_matches_hand_computation() -> None:
+    # One head of width 1, two tokens, nothing padded. Teacher q = k = v = (0, 0): its
+    # relations are uniform (½, ½). Student q = (1, 1), k = (0, ln 3), v = (1, 0):
+    #   attention row i: softmax(q_i·k) = softmax(0, ln 3) = (¼, ¾) for both rows;
+    #   value relation: row 0 softmax(1, 0), row 1 softmax(0, 0) = (½, ½).
+    # KL(u ‖ p) = Σ ½·ln(½ / p_j).
+    def kl_uniform(p: list[float]) -> float:
+        return sum(0.5 * math.log(0.5 / x) for x in p)
+
+    e = math.e
+    attention = kl_uniform([0.25, 0.75])  # both query rows
+    values = (kl_uniform([e / (e + 1), 1 / (e + 1)]) + 0.0) / 2
+    s_att = Attention(
+        torch.tensor([[[1.0], [1.0]]]), torch.tensor([[[0.0], [math.log(3)]]]),
+        torch.tensor([[[1.0], [0.0]]]), 1,
+    )  # fmt: skip
+    zeros = torch.zeros(1, 2, 1)
+    t_att = Attention(zeros, zeros, zeros, 1)
+    mask = torch.ones(1, 2, dtype=torch.long)
+    hidden = (torch.zeros(1, 2, 1), torch.zeros(1, 2, 1))
+    s = Features(torch.zeros(1, 2), hidden, mask, [s_att])
+    t = Features(torch.zeros(1, 2), hidden, mask, [t_att])
+    loss = MiniLMLoss(1, 1, 1, 1)
+    assert loss(s, t).item() == pytest.approx(attention + values, rel=1e-5)
+    assert loss.pairs == [(1, 1)]  # the last layers
+
+
+def test_minilm_ignores_padding_and_needs_no_projection_across_widths() -> None:
+    torch.manual_seed(0)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    s_att = Attention(*(torch.randn(2, 4, 8) for _ in range(3)), heads=2)
+    t_att = Attention(*(torch.randn(2, 4, 16) for _ in range(3)), heads=4)
+    loss = MiniLMLoss(2, 3, 8, 16, relation_heads=2)
+    assert sum(p.numel() for p in loss.parameters()) == 0
+
+    def feats(att: Attention, width: int) -> Features:
+        return Features(torch.zeros(2, 2), (torch.zeros(2, 4, width),) * 4, mask, [att] * 3)
+
+    before = loss(feats(s_att, 8), feats(t_att, 16))
+    # Whatever sits at padded positions changes nothing.
+    noisy = Attention(*(x.clone() for x in (s_att.q, s_att.k, s_att.v)), heads=2)
+    for x in (noisy.q, noisy.k, noisy.v):
+        x[0, 3] = 100.0
+        x[1, 2:] = -50.0
+    assert loss(feats(noisy, 8), feats(t_att, 16)).item() == pytest.approx(before.item(), rel=1e-5)
+    assert before.item() > 0
+    # A student equal to the teacher scores 0.
+    assert loss(feats(t_att, 16), feats(t_att, 16)).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_minilm_refuses_widths_that_do_not_split_into_its_heads() -> None:
+    from transformers import BertConfig, BertModel
+
+    def bert(hidden: int, heads: int) -> BertModel:
+        return BertModel(BertConfig(vocab_size=20, hidden_size=hidden, num_hidden_layers=1,
+                                    num_attention_heads=heads, intermediate_size=16))  # fmt: skip
+
+    with pytest.raises(ValueError, match="relation_heads"):
+        MiniLMLoss(1, 1, 12, 16).check_models(bert(12, 3), bert(16, 8))
+    MiniLMLoss(1, 1, 12, 16, relation_heads=4).check_models(bert(12, 3), bert(16, 8))

@@ -279,6 +279,7 @@ BERT = {"layers": 1, "max_length": 16}
     [
         {"intermediate": "pkd"},
         {"intermediate": "alp"},
+        {"intermediate": "minilm"},
         {"intermediate": {"name": "tinybert", "options": {"stage_epochs": 1}}, "epochs": 3},
         {"augment": {"methods": ["mixup"]}},
         {"augment": {"methods": ["mask", "mixup"], "n_iter": 2}, "intermediate": "pkd"},
@@ -291,6 +292,36 @@ def test_run_distill_trains_bert_student_with_each_method(tiny_teacher, tiny_dat
     assert m["intermediate"] == (layer["name"] if isinstance(layer, dict) else layer)
     assert "layer 1←1: copied" in m["init"]
     assert (tmp_path / "s" / "config.json").is_file()  # an HF folder too
+
+
+def test_run_distill_distilbert_initialises_from_every_other_layer(
+    tiny_teacher, tiny_data, tmp_path
+):
+    import yaml
+
+    kw = {"student": {"name": "bert", "options": BERT}, "intermediate": "distilbert"}
+    m = run_distill(cfg(tiny_teacher, tiny_data, **kw), tmp_path / "s")
+    # The 2-layer teacher's uniform map sends the one student layer to teacher layer 2.
+    assert "layer 1←2: copied" in m["init"] and m["intermediate"] == "distilbert"
+    resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
+    assert resolved["student"]["options"]["layer_init"] == "uniform"
+    # The user's own choice stands.
+    first = {"name": "bert", "options": {**BERT, "layer_init": "first"}}
+    m = run_distill(cfg(tiny_teacher, tiny_data, **{**kw, "student": first}), tmp_path / "t")
+    assert "layer 1←1: copied" in m["init"]
+
+
+def test_run_distill_minilm_trains_a_narrower_student_with_other_heads(
+    tiny_teacher, tiny_data, tmp_path
+):
+    # Teacher: width 32, 2 heads. Student: width 16, 4 heads; relations over 2 heads.
+    narrow = {**BERT, "hidden": 16, "heads": 4, "ffn": 32}
+    kw = {"student": {"name": "bert", "options": narrow}, "intermediate": "minilm"}
+    m = run_distill(cfg(tiny_teacher, tiny_data, **kw), tmp_path / "s")
+    assert m["intermediate"] == "minilm"
+    bad = {"name": "minilm", "options": {"relation_heads": 3}}
+    with pytest.raises(EdgeKDError, match="does not split into 3 relation heads"):
+        run_distill(cfg(tiny_teacher, tiny_data, **{**kw, "intermediate": bad}), tmp_path / "t")
 
 
 def test_run_distill_tinybert_first_stage_epochs_are_never_best(tiny_teacher, tiny_data, tmp_path):
@@ -345,7 +376,10 @@ def test_run_distill_minimax_trains_on_k_picks_per_text(tiny_teacher, tiny_data,
     [
         ({"augment": {"methods": ["minimax"]}}, "add a text augmenter"),
         ({"intermediate": "pkd"}, "use --student bert"),
-        ({"student": "bert", "intermediate": "nope"}, "valid names: alp, pkd, tinybert"),
+        (
+            {"student": "bert", "intermediate": "nope"},
+            "valid names: alp, distilbert, minilm, pkd, tinybert",
+        ),
         (
             {"student": "bert", "intermediate": {"name": "pkd", "options": {"layer_map": "x"}}},
             "'uniform', 'top', 'bottom' or 'last'; fix intermediate.options.layer_map",
