@@ -306,7 +306,11 @@ def distill(
     ensemble: Ensemble = field(DistillConfig, "ensemble", "--ensemble"),
     data: str = DATA,
     student: str | None = typer.Option(
-        None, "--student", help="Student kind: bilstm or bert.", show_default="bilstm"
+        None,
+        "--student",
+        help="Student kind: bilstm, bert or mobilebert (bottleneck layers; trains with "
+        "feature-map and attention transfer, then prediction KD).",
+        show_default="bilstm",
     ),
     layers: int | None = typer.Option(
         None, "--layers", help="bert student: transformer layers.", show_default="3"

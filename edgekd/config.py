@@ -194,7 +194,7 @@ class DistillConfig(StrictModel):
     data: DataConfig = Field(default_factory=DataConfig)
     student: Component = Field(
         default_factory=lambda: Component(name="bilstm"),
-        description="Registered student, a name or {name, options}: bilstm, bert.",
+        description="Registered student, a name or {name, options}: bilstm, bert, mobilebert.",
     )
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
     loss: Component = Field(
@@ -298,6 +298,13 @@ class DistillConfig(StrictModel):
 
         STUDENTS.options(self.student, "student")
         LOSSES.options(self.loss, "loss")
+        own = getattr(STUDENTS.get(self.student.name), "default_intermediate", None)
+        if (
+            own is not None
+            and self.intermediate is None
+            and "intermediate" not in self.model_fields_set
+        ):
+            self.intermediate = Component(name=own)
         if self.intermediate is not None:
             LAYER_LOSSES.options(self.intermediate, "intermediate")
             # A method that comes with its own student setup (DistilBERT: every other

@@ -126,6 +126,7 @@ STUDENTS: Registry[Any] = Registry(
     {
         "bilstm": "edgekd.students.bilstm:BiLSTMStudent",
         "bert": "edgekd.students.bert:BertStudent",
+        "mobilebert": "edgekd.students.mobilebert:MobileBertStudent",
     },
 )
 LOSSES: Registry[Any] = Registry(
@@ -177,6 +178,7 @@ LAYER_LOSSES: Registry[Any] = Registry(
         "alp": "edgekd.distill.layers:ALPLoss",
         "distilbert": "edgekd.distill.layers:DistilBERTLoss",
         "minilm": "edgekd.distill.layers:MiniLMLoss",
+        "mobilebert": "edgekd.distill.layers:MobileBERTLoss",
     },
 )
 DEVICES: Registry[Any] = Registry(

@@ -34,15 +34,13 @@ class BertExporter(Exporter):
 
     def _export(self, model: Any, path: Path) -> None:
         from optimum.exporters.onnx import main_export
-        from transformers import BertForSequenceClassification
 
         # The student's state dict is an HF checkpoint: save it as one and let optimum
         # export it (its own validation is off: validate() below checks against the
         # student at our atol, on real dev rows too).
         with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            hf = BertForSequenceClassification(model.hf_config)
-            hf.load_state_dict(model.state_dict())
+            hf = model.hf_classifier()
             hf.save_pretrained(Path(tmp) / "hf", safe_serialization=True)
             main_export(
                 str(Path(tmp) / "hf"),
@@ -57,9 +55,12 @@ class BertExporter(Exporter):
             # it loads the model); dynamic int8 and fp32 use the fused one.
             self.static_source = path.with_name(f".{path.stem}.unfused.onnx")
             shutil.copy(Path(tmp) / "onnx" / "model.onnx", self.static_source)
-            self.fusions = fuse_transformer(
-                Path(tmp) / "onnx" / "model.onnx", path, model.hf_config
-            )
+            if model.fuses:
+                self.fusions = fuse_transformer(
+                    Path(tmp) / "onnx" / "model.onnx", path, model.hf_config
+                )
+            else:
+                shutil.copy(Path(tmp) / "onnx" / "model.onnx", path)
 
     def check_feed(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if "token_type_ids" not in inputs:

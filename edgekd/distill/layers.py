@@ -396,3 +396,52 @@ class MiniLMLoss(LayerLoss):
                 a_t.value_relation(heads), a_s.value_relation(heads), student.mask
             )
         return loss
+
+
+def attention_kl(teacher: Attention, student: Attention, mask: torch.Tensor) -> torch.Tensor:
+    """KL(A_t ‖ A_s) of two layers' attention distributions, head by head, averaged over
+    heads and real query tokens; with different head counts, of their head means (each
+    still a distribution over the keys)."""
+    if teacher.heads == student.heads:
+        return relation_kl(teacher.scores(), student.scores(), mask)
+    keys = mask[:, None, None, :] == 0
+
+    def head_mean(a: Attention) -> torch.Tensor:
+        return torch.softmax(a.scores().masked_fill(keys, -1e9), dim=-1).mean(1, keepdim=True)
+
+    # Back to scores whose softmax is the head mean: its log (masked keys ~ −1e9 again).
+    log = [head_mean(a).clamp_min(1e-30).log() for a in (teacher, student)]
+    return relation_kl(log[0], log[1], mask)
+
+
+class MobileBERTLoss(LayerLoss):
+    """MobileBERT's layer-wise knowledge transfer (Sun et al. 2020, "MobileBERT: a Compact
+    Task-Agnostic BERT for Resource-Limited Devices", arXiv:2004.02984).
+
+    L = Σ_m [ MSE(H_s^m W, H_t^g(m)) + KL(A_t^g(m) ‖ A_s^m) ]: feature-map transfer on each
+    mapped layer's output over real tokens (W a learned projection only when the widths
+    differ; the mobilebert student's inter-block width is the teacher's) and attention
+    transfer on its distributions (`attention_kl`). Two stages, as the paper trains:
+    `stage_epochs` of this term alone, then prediction KD alone. All layers are
+    transferred at once: the paper's auxiliary knowledge transfer, not its progressive
+    one (layer by layer, lower layers frozen), which needs an epoch budget per layer.
+    """
+
+    needs_attention = True
+    same_tokens = True
+    default_stage_epochs = 1
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.proj = self.projection()
+
+    def forward(self, student: Features, teacher: Features) -> torch.Tensor:
+        assert student.attention is not None and teacher.attention is not None
+        token = student.mask.unsqueeze(-1)
+        loss = student.logits.new_zeros(())
+        for m, n in self.pairs:
+            loss = loss + masked_mse(self.proj(student.hidden[m]), teacher.hidden[n], token)
+            loss = loss + attention_kl(
+                teacher.attention[n - 1], student.attention[m - 1], student.mask
+            )
+        return loss

@@ -44,6 +44,9 @@ class Student(nn.Module):
     # Its ONNX exporter ("module:Class"); the generic one traces `forward` with the
     # inputs and axes the student declares (`onnx_inputs`, `dummy_inputs`).
     exporter: ClassVar[str] = "edgekd.exporters.torch_onnx:TorchOnnxExporter"
+    # The intermediate-layer loss it trains with when the config names none (MobileBERT:
+    # its layer-wise transfer); None: logits only.
+    default_intermediate: ClassVar[str | None] = None
 
     def __init__(self, config: Any, vocab_size: int, num_labels: int) -> None:
         super().__init__()

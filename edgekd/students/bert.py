@@ -20,7 +20,7 @@ self-distillation).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -65,12 +65,18 @@ class BertStudent(Student):
     exporter = "edgekd.exporters.bert:BertExporter"
     # Fine-tuning rate for pretrained transformer weights (BERT's 2e-5..5e-5 range).
     default_lr = 5e-5
+    # The transformers classifier this student's state dict is a checkpoint of, and the
+    # attribute its encoder sits under there.
+    hf_architecture: ClassVar[str] = "BertForSequenceClassification"
+    base_prefix: ClassVar[str] = "bert"
+    # onnxruntime's BERT fusions (attention, skip+LayerNorm, bias+GELU) fit its graph.
+    fuses: ClassVar[bool] = True
 
     def __init__(self, config: BertStudentConfig, vocab_size: int, num_labels: int) -> None:
         from transformers import BertConfig, BertModel
 
         super().__init__(config, vocab_size, num_labels)
-        self.hf_config = BertConfig(
+        self.hf_config: Any = BertConfig(
             vocab_size=vocab_size,
             hidden_size=config.hidden,
             num_hidden_layers=config.layers,
@@ -109,13 +115,14 @@ class BertStudent(Student):
         mark a sentence pair's second text (all zero for one text).
         """
         kwargs: dict[str, Any] = {"input_ids": input_ids}
+        encoder = self.encoder()
         if mix is not None:
             from edgekd.students.base import mix_embeddings
 
-            words = self.bert.embeddings.word_embeddings(input_ids)
+            words = encoder.embeddings.word_embeddings(input_ids)
             kwargs = {"inputs_embeds": mix_embeddings(words, attention_mask, *mix)}
             attention_mask = torch.maximum(attention_mask, attention_mask[mix[0]])
-        out = self.bert(
+        out = encoder(
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             output_hidden_states=return_hidden,
@@ -123,6 +130,18 @@ class BertStudent(Student):
         )
         logits = self.classifier(self.dropout(out.pooler_output))
         return (logits, out.hidden_states) if return_hidden else logits
+
+    def encoder(self) -> Any:
+        """The transformers encoder (`BertModel`, `MobileBertModel`)."""
+        return getattr(self, self.base_prefix)
+
+    def hf_classifier(self) -> Any:
+        """This student as its transformers classifier, weights included (for optimum)."""
+        import transformers
+
+        hf = getattr(transformers, self.hf_architecture)(self.hf_config)
+        hf.load_state_dict(self.state_dict())
+        return hf.eval()
 
     @classmethod
     def prepare(
@@ -168,7 +187,7 @@ class BertStudent(Student):
         config.pop("attn_implementation", None)
         config.pop("_attn_implementation_autoset", None)
         config.update(
-            architectures=["BertForSequenceClassification"],
+            architectures=[self.hf_architecture],
             id2label=dict(enumerate(id2label)),
             label2id={name: i for i, name in enumerate(id2label)},
         )

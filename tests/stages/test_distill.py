@@ -311,6 +311,25 @@ def test_run_distill_distilbert_initialises_from_every_other_layer(
     assert "layer 1←1: copied" in m["init"]
 
 
+def test_run_distill_mobilebert_transfers_layers_then_predictions(
+    tiny_teacher, tiny_data, tmp_path
+):
+    import yaml
+
+    small = {"layers": 1, "bottleneck": 16, "embedding": 8, "heads": 2, "ffn": 16}
+    kw = {"student": {"name": "mobilebert", "options": small}, "epochs": 2}
+    m = run_distill(cfg(tiny_teacher, tiny_data, **kw), tmp_path / "s")
+    # Its own layer-wise transfer unless named otherwise: epoch 1 transfers feature maps
+    # and attention, epoch 2 distils predictions (and only it can be kept).
+    assert m["intermediate"] == "mobilebert" and m["best_epoch"] == 2
+    resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
+    assert resolved["intermediate"] == {"name": "mobilebert", "options": {}}
+    assert (tmp_path / "s" / "config.json").is_file()
+    # Another intermediate loss, or none, when the config says so.
+    m = run_distill(cfg(tiny_teacher, tiny_data, **kw, intermediate=None), tmp_path / "t")
+    assert m["intermediate"] is None
+
+
 def test_run_distill_minilm_trains_a_narrower_student_with_other_heads(
     tiny_teacher, tiny_data, tmp_path
 ):

@@ -1,0 +1,173 @@
+"""A MobileBERT student (Sun et al. 2020, "MobileBERT: a Compact Task-Agnostic BERT for
+Resource-Limited Devices", arXiv:2004.02984).
+
+transformers' MobileBERT architecture: each layer squeezes the `hidden`-wide
+inter-block feature map through a linear bottleneck to a narrow `bottleneck` width,
+attends and runs a stack of `ffn_stacks` small FFNs there, and widens back; word
+embeddings are `embedding` wide, and a kernel-3 "trigram" of them is projected to
+`hidden`. The inter-block width defaults to the teacher's, as the paper's IB-BERT
+teacher shares it with the student, so layer-wise feature-map transfer compares the
+two without a projection; the student trains with the `mobilebert` intermediate loss
+(feature maps and attention, then prediction KD: `edgekd.distill.layers`) unless
+another is named.
+
+Initialisation from the teacher: word rows are the teacher's projected onto their
+top `embedding` principal directions (`project_rows`), position and token-type rows
+are copied when `hidden` is the teacher's width; every layer starts from scratch.
+The paper pre-trains the student task-agnostically (distillation on Wikipedia and
+books) before the task; edgekd does not, so on a task's few thousand rows a
+MobileBERT student starts far behind a BERT student copied from the teacher's layers
+(measured in benchmarks/results/methods_sst2.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from edgekd.config import StrictModel
+from edgekd.students.base import project_rows
+from edgekd.students.bert import BertStudent, load_tokenizer
+from edgekd.students.tokenizer import StudentTokenizer, wordpiece_from_teacher
+
+
+class MobileBertStudentConfig(StrictModel):
+    layers: int | None = Field(
+        None, ge=1, description="Layers; unset: the teacher's (MobileBERT matches its depth)."
+    )
+    hidden: int | None = Field(
+        None, ge=8, description="Inter-block width; unset: the teacher's (no projection)."
+    )
+    bottleneck: int = Field(128, ge=8, description="Intra-block (bottleneck) width (paper 128).")
+    embedding: int = Field(128, ge=8, description="Word embedding width (paper 128).")
+    heads: int = Field(4, ge=1, description="Attention heads at the bottleneck width (paper 4).")
+    ffn: int = Field(512, ge=8, description="Inner width of each stacked FFN (paper 512).")
+    ffn_stacks: int = Field(4, ge=1, description="FFNs per layer (paper 4).")
+    normalization: Literal["no_norm", "layer_norm"] = Field(
+        "no_norm", description="no_norm: the paper's element-wise affine, faster than LayerNorm."
+    )
+    init: Literal["teacher", "random"] = Field(
+        "teacher", description="Word, position and token-type rows from the teacher."
+    )
+    dropout: float = Field(0.1, ge=0, lt=1)
+    max_length: int = Field(64, ge=4, description="Tokens per text incl. [CLS] and [SEP].")
+    tokenizer: str | None = Field(
+        None, description="HF tokenizer (id or folder); unset: the teacher's vocabulary."
+    )
+    # Copied from the teacher at prepare time so a saved student rebuilds exactly.
+    max_position_embeddings: int = Field(512, ge=4)
+    type_vocab_size: int = Field(2, ge=1)
+
+
+class MobileBertStudent(BertStudent):
+    name = "mobilebert"
+    Config = MobileBertStudentConfig  # type: ignore[assignment]
+    hf_architecture: ClassVar[str] = "MobileBertForSequenceClassification"
+    base_prefix: ClassVar[str] = "mobilebert"
+    # onnxruntime's BERT fusions look for LayerNorm and one FFN per layer: not this graph.
+    fuses: ClassVar[bool] = False
+    # Layer-wise feature-map and attention transfer, then prediction KD (the paper's).
+    default_intermediate: ClassVar[str | None] = "mobilebert"
+    # From scratch (no teacher layers to fine-tune), a BERT fine-tuning rate barely
+    # moves it; 1e-4 is the rate the paper distils with (Adam, 1e-4..5e-4 searched).
+    default_lr = 1e-4
+
+    def __init__(self, config: Any, vocab_size: int, num_labels: int) -> None:
+        from transformers import MobileBertConfig, MobileBertModel
+
+        nn.Module.__init__(self)
+        self.config, self.vocab_size, self.num_labels = config, vocab_size, num_labels
+        self.init_notes: list[str] = []
+        self.hf_config = MobileBertConfig(
+            vocab_size=vocab_size,
+            hidden_size=config.hidden,
+            num_hidden_layers=config.layers,
+            num_attention_heads=config.heads,
+            intermediate_size=config.ffn,
+            embedding_size=config.embedding,
+            intra_bottleneck_size=config.bottleneck,
+            true_hidden_size=config.bottleneck,
+            num_feedforward_networks=config.ffn_stacks,
+            normalization_type=config.normalization,
+            hidden_dropout_prob=config.dropout,
+            attention_probs_dropout_prob=config.dropout,
+            max_position_embeddings=config.max_position_embeddings,
+            type_vocab_size=config.type_vocab_size,
+            num_labels=num_labels,
+            attn_implementation="eager",
+        )
+        self.mobilebert = MobileBertModel(self.hf_config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.hidden or 0, num_labels)
+        self.hf_tokenizer: Any = None
+
+    @classmethod
+    def prepare(
+        cls,
+        options: dict[str, Any],
+        texts: list[str],
+        num_labels: int,
+        teacher: Any,
+        teacher_tokenizer: Any,
+    ) -> tuple[BertStudent, StudentTokenizer]:
+        tc = getattr(teacher, "config", None)
+        defaults = {
+            "layers": getattr(tc, "num_hidden_layers", 4),
+            "hidden": getattr(tc, "hidden_size", 256),
+            "max_position_embeddings": getattr(tc, "max_position_embeddings", 512),
+            "type_vocab_size": getattr(tc, "type_vocab_size", 2),
+        }
+        config = MobileBertStudentConfig(**{**defaults, **options})
+        if config.bottleneck % config.heads:
+            raise ValueError(
+                f"bottleneck {config.bottleneck} is not a multiple of heads {config.heads}"
+            )
+        hf_tok = teacher_tokenizer
+        if config.tokenizer is not None:
+            hf_tok = load_tokenizer(config.tokenizer)
+        tok = wordpiece_from_teacher(hf_tok, config.max_length, add_special_tokens=True)
+        model = cls(config, tok.vocab_size, num_labels)
+        model.hf_tokenizer = hf_tok
+        if config.init == "teacher" and teacher is not None:
+            same = hf_tok.get_vocab() == teacher_tokenizer.get_vocab()
+            model.init_notes = copy_teacher_embeddings(model, teacher, tok, teacher_tokenizer, same)
+        return model, tok
+
+
+def copy_teacher_embeddings(
+    student: MobileBertStudent, teacher: Any, tok: StudentTokenizer, t_tok: Any, same: bool
+) -> list[str]:
+    """Word rows from the teacher's (its own rows, or the mean of its pieces' rows for
+    another vocabulary: `teacher_rows_for`), projected to the embedding width; positions
+    and token types copied when the widths allow. What was done, in words."""
+    from edgekd.students.base import teacher_rows_for
+    from edgekd.students.tokenizer import vocab_tokens
+
+    ours = student.mobilebert.embeddings
+    t_base = getattr(teacher, "base_model", None)
+    t_emb = getattr(t_base, "embeddings", None)
+    if t_emb is None or not hasattr(teacher, "get_input_embeddings"):
+        return ["teacher is not BERT-shaped: student starts from scratch"]
+    notes = []
+    rows = teacher_rows_for(vocab_tokens(tok), teacher, t_tok, same_vocab=same)
+    table = project_rows(rows, ours.word_embeddings.embedding_dim)
+    # The padding row stays zero: the trigram input then sees padding as the zeros it
+    # pads the sequence's ends with, so a padded row predicts as it does alone.
+    table[tok.pad_id] = 0.0
+    with torch.no_grad():
+        ours.word_embeddings.weight.copy_(table)
+    notes.append(f"word embeddings: {rows.shape[1]} → {table.shape[1]} wide (PCA of the teacher's)")
+    for name in ("position_embeddings", "token_type_embeddings"):
+        theirs = getattr(t_emb, name, None)
+        mine = getattr(ours, name)
+        if theirs is not None and theirs.weight.shape == mine.weight.shape:
+            with torch.no_grad():
+                mine.weight.copy_(theirs.weight)
+            notes.append(f"{name}: copied")
+        else:
+            notes.append(f"{name}: shapes differ, random init")
+    notes.append("layers: random init (no task-agnostic pre-training)")
+    return notes
