@@ -213,16 +213,9 @@ def text_call(session, texts: list[str]):
     return one
 
 
-def tokenized_call(session, tokenizer_path: str, texts: list[str], max_length: int, special: bool):
-    """Tokenize + infer one text per call, cycling through `texts`."""
+def row_feed(tok, names, text: str, max_length: int, special: bool) -> dict:
+    """One text (a line "first<TAB>second" is a pair) as a batch-1 feed of `names`."""
     import numpy as np
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(tokenizer_path)
-    tok.no_padding()
-    tok.no_truncation()
-    names = {i.name for i in session.get_inputs()}
-    state = {"i": 0}
 
     def row(ids: list[int], suffix: str = "") -> dict:
         ids = ids[:max_length] or [0]
@@ -231,21 +224,92 @@ def tokenized_call(session, tokenizer_path: str, texts: list[str], max_length: i
             "attention_mask" + suffix: np.ones((1, len(ids)), dtype=np.int64),
         }
 
+    first, _, second = text.partition("\t")
+    if "input_ids_b" in names:  # siamese: each side on its own (one text: both sides)
+        feed = row(tok.encode(first, add_special_tokens=False).ids)
+        feed.update(row(tok.encode(second or first, add_special_tokens=False).ids, "_b"))
+    else:
+        enc = tok.encode(first, second or None, add_special_tokens=special)
+        feed = row(enc.ids)
+        types = enc.type_ids[:max_length] or [0]
+        feed["token_type_ids"] = np.array([types], dtype=np.int64)
+    return {k: v for k, v in feed.items() if k in names}
+
+
+def load_tokenizer(tokenizer_path: str):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(tokenizer_path)
+    tok.no_padding()
+    tok.no_truncation()
+    return tok
+
+
+def tokenized_call(session, tokenizer_path: str, texts: list[str], max_length: int, special: bool):
+    """Tokenize + infer one text per call, cycling through `texts`."""
+    tok = load_tokenizer(tokenizer_path)
+    names = {i.name for i in session.get_inputs()}
+    state = {"i": 0}
+
     def one() -> None:
-        # A line "first<TAB>second" is a sentence pair.
-        first, _, second = texts[state["i"] % len(texts)].partition("\t")
+        text = texts[state["i"] % len(texts)]
         state["i"] += 1
-        if "input_ids_b" in names:  # siamese: each side on its own (one text: both sides)
-            feed = row(tok.encode(first, add_special_tokens=False).ids)
-            feed.update(row(tok.encode(second or first, add_special_tokens=False).ids, "_b"))
-        else:
-            enc = tok.encode(first, second or None, add_special_tokens=special)
-            feed = row(enc.ids)
-            types = enc.type_ids[:max_length] or [0]
-            feed["token_type_ids"] = np.array([types], dtype=np.int64)
-        session.run(None, {k: v for k, v in feed.items() if k in names})
+        session.run(None, row_feed(tok, names, text, max_length, special))
 
     return one
+
+
+# The graph input an early-exit model (edgekd export of a --early-exit student) takes
+# its threshold by; an initializer too, so callers that never feed it get the default.
+EXIT_THRESHOLD = "exit_threshold"
+
+
+def exit_sweep(
+    session,
+    tokenizer_path: str,
+    texts: list[str],
+    thresholds: list[float],
+    max_length: int,
+    special: bool,
+    runs: int,
+    warmup: int,
+    trials: int,
+) -> list:
+    """An early-exit model at each threshold: mean exit layer over `texts` (each at
+    batch 1) and latency of the model call, texts pre-tokenized and cycled. The
+    thresholds take turns trial by trial, so a slow spell of the machine falls on all
+    of them alike."""
+    import numpy as np
+
+    tok = load_tokenizer(tokenizer_path)
+    names = {i.name for i in session.get_inputs()}
+    feeds = [row_feed(tok, names, t, max_length, special) for t in texts]
+    out = []
+    calls = []
+    for threshold in thresholds:
+        value = np.array(threshold, dtype=np.float32)
+        layers = [
+            int(session.run(["exit_layer"], {**f, EXIT_THRESHOLD: value})[0][0]) for f in feeds
+        ]
+        state = {"i": 0}
+
+        def one(value=value, state=state) -> None:
+            session.run(None, {**feeds[state["i"] % len(feeds)], EXIT_THRESHOLD: value})
+            state["i"] += 1
+
+        calls.append(one)
+        out.append({"threshold": threshold, "mean_exit_layer": statistics.fmean(layers)})
+    per_trial = max(1, runs // trials)
+    timed = [[] for _ in thresholds]
+    for one in calls:
+        for _ in range(warmup):
+            one()
+    for _ in range(trials):
+        for i, one in enumerate(calls):
+            timed[i].append(time_runs(one, per_trial, 0))
+    for i, entry in enumerate(out):
+        entry.update(trial_stats(timed[i]))
+    return out
 
 
 def end_to_end(
@@ -271,6 +335,8 @@ def open_session(ort, path: str, threads: int, provider: str):
         )
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
+    # Errors only: an early-exit graph's overridable exit_threshold warns at every load.
+    options.log_severity_level = 3
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     providers = [provider] + (
@@ -326,6 +392,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--vs-tokenizer", help="--vs model's tokenizer.json: both timed end to end")
     p.add_argument("--vs-max-length", type=int, default=128)
     p.add_argument("--vs-special-tokens", action="store_true")
+    p.add_argument(
+        "--exit-thresholds",
+        help="comma-separated: time an early-exit model at each threshold on --texts",
+    )
     p.add_argument("--out", help="also write the JSON here")
     args = p.parse_args(argv)
 
@@ -409,6 +479,20 @@ def main(argv: list[str] | None = None) -> dict:
             session,
             args.tokenizer,
             texts,
+            args.max_length,
+            args.special_tokens,
+            args.runs,
+            args.warmup,
+            args.trials,
+        )
+    if args.exit_thresholds:
+        if not (texts and args.tokenizer):
+            raise SystemExit("an early-exit sweep runs on real texts: pass --texts and --tokenizer")
+        result["early_exit"] = exit_sweep(
+            session,
+            args.tokenizer,
+            texts,
+            [float(x) for x in args.exit_thresholds.split(",")],
             args.max_length,
             args.special_tokens,
             args.runs,

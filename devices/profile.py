@@ -71,6 +71,7 @@ def profile_model(
     vs: str | Path | None = None,
     host: str | None = None,
     processes: int = 1,
+    exit_thresholds: list[float] | None = None,
 ) -> dict[str, Any]:
     """Run the agent on `device`: `runs` timed calls in `trials` trials after `warmup`.
 
@@ -79,7 +80,8 @@ def profile_model(
     vocabulary). With `vs`, both models are timed alternately on synthetic
     `seq_len`-token inputs and the result holds their ratio (`vs`); with
     `processes` > 1 the agent runs that many times and the ratio's interval
-    spans the variation between processes (`combine_processes`).
+    spans the variation between processes (`combine_processes`). `exit_thresholds`:
+    an early-exit model is also timed at each, on `texts`, with its mean exit layer.
     """
     dev = load_device(device, host=host)
     files = {"model": existing(model)}
@@ -124,6 +126,8 @@ def profile_model(
                 args += ["--max-length", str(info["max_length"])]
                 if info["special"]:
                     args.append("--special-tokens")
+        if exit_thresholds and vs is None and "tokenizer" in files:
+            args += ["--exit-thresholds", ",".join(f"{t:g}" for t in exit_thresholds)]
         results = [dev.run_agent(files, args) for _ in range(processes if vs is not None else 1)]
     result = combine_processes(results) if len(results) > 1 else results[0]
     result["device"] = dev.spec.name
@@ -147,6 +151,14 @@ def reads_strings(model: Path) -> bool:
             "`edgekd export`"
         ) from None
     return any(i.type.tensor_type.elem_type == onnx.TensorProto.STRING for i in graph.input)
+
+
+def is_early_exit(model: Path) -> bool:
+    """Whether an ONNX model takes an `exit_threshold` (an early-exit export)."""
+    import onnx
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    return any(i.name == "exit_threshold" for i in graph.input)
 
 
 def synthetic_texts_for(model: Path, other: Path | None, words: int) -> list[str]:

@@ -217,6 +217,31 @@ class E2EModel(Nested):
     max_probability_diff: float
 
 
+class ExitPoint(Nested):
+    """One early-exit threshold measured on a set of rows."""
+
+    threshold: float
+    accuracy: float
+    agreement: float = Field(..., description="Share of rows predicted as the full model does.")
+    mean_exit_layer: float = Field(..., description="Layers run per row on average (1..M).")
+
+
+class EarlyExit(Nested):
+    """An early-exit student's export (FastBERT): the threshold its graphs ship with,
+    how it was chosen, and each threshold measured on held-out rows and on dev."""
+
+    layers: int
+    threshold: float = Field(..., description="The graphs' default `exit_threshold`.")
+    chosen_by: str = Field(..., description="How: given, or the rule it met on which rows.")
+    selection: list[ExitPoint] = Field(
+        default_factory=list, description="PyTorch, on the rows distill held out."
+    )
+    dev: dict[Literal["fp32", "int8"], list[ExitPoint]] = Field(
+        default_factory=dict, description="Each exported graph, on dev rows."
+    )
+    ties: int = Field(0, description="Rows whose exit layer differed within 1e-5 of a threshold.")
+
+
 class ExportReport(Artifact):
     FILE: ClassVar[str] = "export.json"
     MADE_BY: ClassVar[str] = "edgekd export"
@@ -231,6 +256,7 @@ class ExportReport(Artifact):
     n_dev: int | None = None
     formats: list[str] = Field(default_factory=list, description="Formats written, in order.")
     e2e: E2EModel | None = None
+    early_exit: EarlyExit | None = None
 
     def shipped(self) -> Literal["fp32", "int8"]:
         """The model a deployment takes: int8 when the export kept one."""
@@ -282,6 +308,16 @@ class DevPredictions(Artifact):
 # ------------------------------------------------------------------ profile
 
 
+class ExitTiming(Nested):
+    """An early-exit model at one threshold, timed on real rows at batch 1."""
+
+    threshold: float
+    mean_exit_layer: float
+    p50_ms: float
+    p90_ms: float
+    noisy: bool = False
+
+
 class ProfileResult(Artifact):
     """One model timed on one device at one input length (`edgekd profile`)."""
 
@@ -301,6 +337,9 @@ class ProfileResult(Artifact):
     noisy: bool = False
     end_to_end: dict[str, Any] | None = None
     vs: dict[str, Any] | None = None
+    early_exit: list[ExitTiming] | None = Field(
+        None, description="Early-exit models: each threshold on the dev rows (--data)."
+    )
 
     @staticmethod
     def file_name(device: str, model: Path) -> str:

@@ -332,6 +332,14 @@ def distill(
         "and value relations).",
         show_default="none: logits only",
     ),
+    early_exit: bool = typer.Option(
+        False,
+        "--early-exit",
+        help="FastBERT (bert student): a classifier after every layer, self-distilled from the "
+        "last; the exported graph stops each row at the first layer certain enough (the "
+        "threshold: `edgekd export --exit-threshold` or chosen there).",
+        show_default=OFF,
+    ),
     assistant_layers: int | None = typer.Option(
         None,
         "--assistant-layers",
@@ -423,7 +431,14 @@ def distill(
         names = [m.strip() for m in augment.split(",") if m.strip() not in ("", "none")]
         raw = apply_sets(raw, {"augment.methods": [listed.get(n, n) for n in names]})
     raw = apply_sets(raw, sets, DistillConfig)
-    sizes = {"layers": layers, "hidden": hidden, "heads": heads, "ffn": ffn}
+    sizes: dict[str, Any] = {"layers": layers, "hidden": hidden, "heads": heads, "ffn": ffn}
+    if early_exit:
+        from edgekd.registry import STUDENTS
+
+        kind = component_name(raw.get("student")) or "bilstm"
+        if "early_exit" not in STUDENTS.config_model(kind).model_fields:
+            raise EdgeKDError(f"--early-exit needs a bert student (not {kind}); add --student bert")
+        sizes["early_exit"] = True
     raw = apply_sets(
         raw, {f"student.options.{k}": v for k, v in sizes.items() if v is not None}, DistillConfig
     )
@@ -519,7 +534,8 @@ def export(
     device: str | None = typer.Option(
         None,
         "--device",
-        help="Device name or spec path: take its int8 preset (unless --preset is given).",
+        help="Device name or spec path: take its int8 preset (unless --preset is given), and "
+        "its section of --budget.",
         show_default="none: --preset",
     ),
     calibration: Calibration = field(ExportConfig, "calibration", "--calibration"),
@@ -572,6 +588,19 @@ def export(
     ),
     atol: float = field(ExportConfig, "atol", "--atol"),
     opset: int = field(ExportConfig, "opset", "--opset"),
+    exit_threshold: float | None = field(
+        ExportConfig,
+        "exit_threshold",
+        "--exit-threshold",
+        default="the fastest keeping 99% agreement with every layer on held-out rows",
+    ),
+    budget: Path | None = typer.Option(
+        None,
+        "--budget",
+        help="Early-exit students: choose the threshold to hold this budget's min_accuracy "
+        "and min_agreement (for --device, when it has an entry) on held-out rows.",
+        show_default="none",
+    ),
     config: Path | None = CONFIG,
     set_: list[str] | None = SETS,
     overwrite: bool = OVERWRITE,
@@ -597,9 +626,11 @@ def export(
         )
     if int8 or "int8_mode" in quant:
         raw["int8"] = True
-    if raw["int8"] is False and quant:
-        raise EdgeKDError(f"{flags[next(iter(quant))]} only applies to int8 models; add --int8")
-    if device is not None and "preset" not in quant:
+    # --device also names a budget's section (--budget): then it needs no int8.
+    int8_only = {k: v for k, v in quant.items() if not (k == "device" and budget is not None)}
+    if raw["int8"] is False and int8_only:
+        raise EdgeKDError(f"{flags[next(iter(int8_only))]} only applies to int8 models; add --int8")
+    if device is not None and raw["int8"] and "preset" not in quant:
         from edgekd.devices.base import load_spec
 
         quant["preset"] = load_spec(device).int8_preset()
@@ -611,6 +642,21 @@ def export(
             fixed_shape=fixed_shape, e2e=e2e,
         )
     )  # fmt: skip
+    if exit_threshold is not None:
+        raw["exit_threshold"] = exit_threshold
+    if budget is not None:
+        from edgekd.budget import load_budget
+
+        limits = load_budget(budget)
+        limits = limits.for_device(device) if device in limits.devices else limits
+        if limits.min_agreement is None and limits.min_accuracy is None:
+            raise EdgeKDError(
+                f"{budget} sets neither min_accuracy nor min_agreement for an exit threshold "
+                "to hold; add one, or pass --exit-threshold"
+            )
+        if limits.min_agreement is not None:
+            raw["exit_min_agreement"] = limits.min_agreement
+        raw["exit_min_accuracy"] = limits.min_accuracy
     cfg = validate(ExportConfig, raw, str(config) if config else "export options")
     data_cfg = student_data_config(student_dir) if student_dir.is_dir() else None
     if data:

@@ -384,6 +384,28 @@ class ExportConfig(StrictModel):
         "much dev accuracy (0..1, e.g. 0.003 = 0.3 points).",
     )
     atol: float = Field(1e-4, gt=0, description="Max |ONNX − PyTorch| on logits (fp32).")
+    exit_threshold: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Early-exit students: the normalised-entropy threshold the graphs ship "
+        "with (0: every layer runs); unset: the fastest that meets exit_min_agreement and "
+        "exit_min_accuracy on the rows distill held out.",
+    )
+    exit_min_agreement: float = Field(
+        0.99,
+        ge=0,
+        le=1,
+        description="Early exit, threshold unset: share of held-out rows that must keep the "
+        "full model's prediction (a budget's min_agreement, with --budget).",
+    )
+    exit_min_accuracy: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Early exit, threshold unset: accuracy on the held-out rows it must keep "
+        "(a budget's min_accuracy, with --budget).",
+    )
     mobile: bool = Field(
         False, description="Also write the ORT-format model and a mobile usability report."
     )

@@ -37,6 +37,20 @@ def print_profile(r: dict[str, Any]) -> None:
         f"load {r['load_ms']:.1f} ms, peak RSS {r['peak_rss_mb']:.1f} MB, "
         f"file {r['bytes']:,} B, onnxruntime {r['onnxruntime']}"
     )
+    if r.get("early_exit"):
+        exits = Table(title="early exit on the dev rows, by threshold (model call, batch 1)")
+        for col in ("threshold", "mean exit layer", "p50 ms", "p90 ms", "× threshold 0"):
+            exits.add_column(col, justify="right")
+        full = r["early_exit"][0]["p50_ms"]  # threshold 0: every layer runs
+        for e in r["early_exit"]:
+            exits.add_row(
+                f"{e['threshold']:g}",
+                f"{e['mean_exit_layer']:.2f}",
+                f"{e['p50_ms']:.3f}",
+                f"{e['p90_ms']:.3f}",
+                f"{e['p50_ms'] / full:.2f}" if full else "—",
+            )
+        Console().print(exits)
 
 
 def print_sweep(results: list[dict[str, Any]]) -> None:
@@ -187,6 +201,17 @@ def print_export(r: ExportReport, out: Path) -> None:
             f"executorch: {pte['path']} {pte['bytes']:,} B (int8), accuracy {pte['accuracy']:.4f}, "
             f"agreement with PyTorch {pte['agreement']:.4f}"
         )
+    if r.early_exit is not None:
+        ee = r.early_exit
+        shipped = r.shipped()
+        at = next((p for p in ee.dev.get(shipped, []) if p.threshold == ee.threshold), None)
+        where = (
+            f"; on dev ({shipped}): {at.mean_exit_layer:.2f} of {ee.layers} layers per row, "
+            f"accuracy {at.accuracy:.4f}, agreement with every layer {at.agreement:.4f}"
+            if at is not None
+            else ""
+        )
+        typer.echo(f"early exit: threshold {ee.threshold:g} ({ee.chosen_by}){where}")
     typer.echo(
         f"validated at atol {r.atol:.0e} (max diff {r.models['fp32'].max_abs_diff or 0:.1e}) "
         f"→ {out}"

@@ -116,7 +116,13 @@ def build_e2e(
     from onnx import TensorProto, compose, helper
 
     model = onnx.load(str(source))
-    inputs = [i.name for i in model.graph.input]
+    # An input with an initializer of its name (an early-exit graph's exit_threshold) has
+    # a default: the one-file model keeps it as a constant, the export's threshold.
+    defaults = {i.name for i in model.graph.initializer}
+    fed = [i for i in model.graph.input if i.name not in defaults]
+    del model.graph.input[:]
+    model.graph.input.extend(fed)
+    inputs = [i.name for i in fed]
     g = Graph(spec, check_tokenizer(spec))
     if special:
         for token in ("[CLS]", "[SEP]"):

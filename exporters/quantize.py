@@ -30,7 +30,9 @@ OP_TYPES = ["LSTM", "MatMul", "Gemm", "Gather", "Attention"]
 CALIBRATION = ("minmax", "entropy", "percentile")
 # Fused transformer graphs (SkipLayerNormalization, Attention: com.microsoft ops) defeat
 # ONNX shape inference; their tensors are fp32, which is what this tells the quantizer.
-EXTRA_OPTIONS = {"DefaultTensorType": 1}  # onnx.TensorProto.FLOAT
+# EnableSubgraph: quantize the layers inside an early-exit graph's `If` branches too
+# (off by default in onnxruntime: only the top graph would be int8).
+EXTRA_OPTIONS = {"DefaultTensorType": 1, "EnableSubgraph": True}  # 1: onnx.TensorProto.FLOAT
 
 
 @dataclass(frozen=True)

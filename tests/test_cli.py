@@ -608,3 +608,48 @@ def test_every_command_takes_set_overrides_the_same_way(tmp_path, tiny_data, tin
     assert invoke("check", "--budget", budget, tmp_path / "e").exit_code == 0
     r = invoke("check", "--budget", budget, tmp_path / "e", "-s", "max_bytes=10")
     assert r.exit_code == 1 and "FAIL" in r.output
+
+
+def test_cli_early_exit_distils_exports_at_the_budgets_threshold_and_passes_check(
+    tmp_path: Path, tiny_data: Path, tiny_teacher: Path
+):
+    r = invoke(
+        "distill", "--teacher", tiny_teacher, "--out", tmp_path / "s", "--data", tiny_data,
+        "--epochs", 2, "--batch-size", 16, "--student", "bert", "--layers", 2,
+        "--early-exit", "-s", "student.options.max_length=16", "--augment", "none",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
+    assert resolved["student"]["options"]["early_exit"] is True
+    budget = tmp_path / "budget.yaml"
+    budget.write_text("min_agreement: 0.0\ndevices:\n  local-cpu: {min_agreement: 0.5}\n")
+    r = invoke(
+        "export", tmp_path / "s", "--out", tmp_path / "e", "--budget", budget,
+        "--device", "local-cpu",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "e" / "export.json").read_text())
+    assert "agreement ≥ 0.5" in report["early_exit"]["chosen_by"]
+    assert "early exit: threshold" in r.output
+    resolved = yaml.safe_load((tmp_path / "e" / "config.yaml").read_text())
+    assert resolved["exit_min_agreement"] == 0.5
+    gate = tmp_path / "gate.yaml"
+    gate.write_text("model: shipped\nmin_agreement: 0.0\nmax_bytes: 100000000\n")
+    r = invoke("check", "--budget", gate, tmp_path / "e", "--json", "-")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["passed"] is True
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--student", "bilstm", "--early-exit"], "--early-exit needs a bert student"),
+        (["--student", "bert", "--layers", "1", "--early-exit"], "at least 2 layers"),
+    ],
+)
+def test_cli_distill_early_exit_refuses_students_that_cannot(tmp_path, tiny_teacher, args, message):
+    r = runner.invoke(
+        app, ["distill", "--teacher", str(tiny_teacher), "--out", str(tmp_path / "s"), *args]
+    )
+    assert r.exit_code == 2 and message in r.output.splitlines()[-1], r.output
+    assert not (tmp_path / "s").exists()

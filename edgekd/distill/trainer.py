@@ -187,22 +187,33 @@ def train_student(
     first_scored = 1 + (layer_loss.stage_epochs if layer_loss is not None else 0)
     min_epochs = max(loss_fn.min_epochs, first_scored)
 
+    # FastBERT's exits learn from the student's own last layer (`exit_self_distillation`).
+    unwrapped_student = accelerator.unwrap_model(model)
+    has_exits = len(getattr(unwrapped_student, "exits", ())) > 0
+    exit_weight = float(unwrapped_student.config.exit_weight) if has_exits else 0.0
+
     def step_loss(batch: dict[str, Any], epoch: int) -> torch.Tensor:
         teacher_logits = batch.pop("teacher")
         gold = batch.pop("labels")
         rows = batch.pop("rows")
         t_batch = {k[2:]: batch.pop(k) for k in list(batch) if k.startswith("t_")}
         w_layer, w_pred = layer_loss.weights(epoch) if layer_loss is not None else (0.0, 1.0)
-        if w_layer > 0:
-            attention = layer_loss.needs_attention
+        exits = w_pred > 0 and exit_weight > 0
+        if w_layer > 0 or exits:
+            attention = w_layer > 0 and layer_loss.needs_attention
             s_feat = student_features(model, batch, attention)
+            logits = s_feat.logits
+        else:
+            logits = model(**batch)
+        loss = logits.new_zeros(())
+        if w_layer > 0:
             with torch.no_grad():
                 t_feat = hf_features(teacher, t_batch if t_batch else batch, attention)
-            loss = w_layer * layer_loss(s_feat, t_feat)
-            if w_pred > 0:
-                loss = loss + w_pred * loss_fn(s_feat.logits, teacher_logits, gold)
-        else:
-            loss = loss_fn(model(**batch), teacher_logits, gold)
+            loss = loss + w_layer * layer_loss(s_feat, t_feat)
+        if w_pred > 0:
+            loss = loss + w_pred * loss_fn(logits, teacher_logits, gold)
+        if exits:
+            loss = loss + exit_weight * exit_self_distillation(unwrapped_student, s_feat)
         if mixkd is not None and w_pred > 0:
             loss = loss + mixkd(model, batch, [train.texts[i] for i in rows.tolist()], gold)
         return loss
@@ -345,6 +356,28 @@ def train_student(
 
 
 T = TypeVar("T")
+
+
+def exit_self_distillation(model: Any, features: Any) -> torch.Tensor:
+    """FastBERT's self-distillation (Liu et al. 2020, "FastBERT: a Self-distilling BERT with
+    Adaptive Inference Time", arXiv:2004.02178): L = Σ_{m<M} KL(p_m ‖ p_M), with p_m the
+    exit after layer m and p_M the student's own last layer, as the paper writes it.
+
+    The exits read detached hidden states and the last layer's distribution is a fixed
+    target: the paper freezes the backbone while the branches learn, and so does this
+    term, though it trains beside the prediction loss, which alone moves the backbone.
+    """
+    import torch.nn.functional as F
+
+    hidden = tuple(h.detach() for h in features.hidden)
+    final = features.logits.detach()
+    *branches, _ = model.layer_logits(hidden, final)
+    log_final = F.log_softmax(final, dim=-1)
+    loss = final.new_zeros(())
+    for logits in branches:
+        log_p = F.log_softmax(logits, dim=-1)
+        loss = loss + (log_p.exp() * (log_p - log_final)).sum(-1).mean()
+    return loss
 
 
 def split_between(batches: list[list[int]], processes: int) -> list[list[int]]:

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edgekd.artifacts import (
     CONFIG,
     MODEL_FILES,
@@ -26,6 +28,7 @@ from edgekd.data import align_labels, load_task
 from edgekd.errors import EdgeKDError
 from edgekd.exporters.base import ExportJob
 from edgekd.io import atomic_dir, check_output, tree_bytes
+from edgekd.progress import console
 from edgekd.registry import FORMATS, STUDENTS, resolve
 from edgekd.students.predict import OnnxPredictor, StudentPredictor, score
 
@@ -49,6 +52,47 @@ def rows_sha256(texts: list[Any], labels: list[int]) -> str:
     hash_texts(h, texts)
     h.update(",".join(str(int(y)) for y in labels).encode())
     return h.hexdigest()
+
+
+def exit_threshold(
+    cfg: ExportConfig, model: Any, tok: Any, student_dir: Path, task: Any
+) -> dict[str, Any]:
+    """An early-exit student's shipped threshold: the configured one, else the fastest
+    that keeps `exit_min_agreement` (and `exit_min_accuracy`) on the rows distill held
+    out to choose its epoch: dev, which `check` judges, chooses nothing."""
+    from edgekd.data import carve_selection
+    from edgekd.exporters.early_exit import (
+        THRESHOLDS,
+        choose_threshold,
+        exit_points,
+        layer_outputs,
+    )
+
+    out: dict[str, Any] = {"layers": model.config.layers}
+    if cfg.exit_threshold is not None:
+        return {**out, "threshold": cfg.exit_threshold, "chosen_by": "given (exit_threshold)"}
+    path = student_dir / CONFIG
+    if not path.is_file():
+        raise EdgeKDError(
+            f"{student_dir} has no {CONFIG} to find the rows distill held out, on which the "
+            "exit threshold is chosen; pass --exit-threshold"
+        )
+    distilled = validate(DistillConfig, load_yaml(path), str(path))
+    _, select, _ = carve_selection(task.train, distilled.selection_rows, distilled.seed)
+    if not len(select):
+        raise EdgeKDError(
+            "the student was distilled with no held-out selection rows to choose an exit "
+            "threshold on; pass --exit-threshold"
+        )
+    logits, uncertain = layer_outputs(model, tok, select.texts)
+    points = exit_points(logits, uncertain, np.array(select.labels), THRESHOLDS)
+    threshold, rule = choose_threshold(points, cfg.exit_min_agreement, cfg.exit_min_accuracy)
+    return {
+        **out,
+        "threshold": threshold,
+        "chosen_by": f"{rule} ({len(select)} rows)",
+        "selection": points,
+    }
 
 
 def export(
@@ -83,6 +127,11 @@ def export(
     check = [tok(task.dev.texts[i : i + 16]) for i in range(0, min(len(task.dev), 64), 16)]
     exporter = resolve(model.exporter)(atol=cfg.atol, opset=cfg.opset)
     report: dict = {"student": str(student_dir), "atol": cfg.atol, "models": {}}
+    early = None
+    if "early_exit" in model.capabilities:
+        early = exit_threshold(cfg, model, tok, student_dir, task)
+        exporter.default_threshold = early["threshold"]
+        console.print(f"early exit: threshold {early['threshold']:g} ({early['chosen_by']})")
     if DistillMetrics.path(student_dir).is_file():
         report["teacher_accuracy"] = DistillMetrics.read(student_dir).teacher_accuracy
 
@@ -123,6 +172,22 @@ def export(
                 agreement=result["agreement"],
             )
         report["n_dev"] = len(task.dev)
+        if early is not None:
+            from edgekd.exporters.early_exit import THRESHOLDS, onnx_exit_points
+
+            gold = np.array(task.dev.labels)
+            early["dev"] = {}
+            for name in report["models"]:
+                early["dev"][name] = onnx_exit_points(
+                    tmp / MODEL_FILES[name],
+                    tok,
+                    task.dev.texts,
+                    gold,
+                    ref["predictions"],
+                    THRESHOLDS,
+                )
+            early["ties"] = exporter.ties
+            report["early_exit"] = early
         if "int8" in report["models"]:
             report["int8_drop"] = (
                 report["models"]["fp32"]["accuracy"] - report["models"]["int8"]["accuracy"]

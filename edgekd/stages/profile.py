@@ -29,6 +29,18 @@ def profile(
     jobs = [(name, Path(model)) for name in cfg.devices for model in models]
     out: list[ProfileResult | ProfileSweep] = []
     for name, model in track(jobs, f"profile {len(models)} model(s)") if len(jobs) > 1 else jobs:
+        exits = None
+        if cfg.vs is None and device.is_early_exit(model):
+            if texts:
+                from edgekd.exporters.early_exit import THRESHOLDS
+
+                exits = list(THRESHOLDS)
+            else:
+                print(
+                    f"note: {model.name} exits early; pass --data to time each exit threshold "
+                    "on real rows (synthetic ids only time its default)",
+                    file=sys.stderr,
+                )
         runs = [
             ProfileResult.model_validate(
                 device.profile_model(
@@ -43,6 +55,7 @@ def profile(
                     cfg.vs,
                     cfg.hosts.get(name),
                     cfg.processes,
+                    exits,
                 )
             )
             for n in cfg.seq_lens

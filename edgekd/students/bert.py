@@ -19,11 +19,12 @@ self-distillation).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
 from edgekd.config import StrictModel
@@ -42,6 +43,14 @@ class BertStudentConfig(StrictModel):
     layer_init: Literal["first", "uniform"] = Field(
         "first", description="Teacher layer copied into student layer m: m, or m·N/M."
     )
+    early_exit: bool = Field(
+        False,
+        description="FastBERT: a classifier after every layer, self-distilled from the last; "
+        "each row stops at the first layer whose prediction is certain enough.",
+    )
+    exit_weight: float = Field(
+        1.0, ge=0, description="Weight of the exits' self-distillation term (FastBERT: 1)."
+    )
     dropout: float = Field(0.1, ge=0, lt=1)
     max_length: int = Field(64, ge=4, description="Tokens per text incl. [CLS] and [SEP].")
     tokenizer: str | None = Field(
@@ -54,6 +63,12 @@ class BertStudentConfig(StrictModel):
     type_vocab_size: int = Field(2, ge=1)
     hidden_act: str = "gelu"
     layer_norm_eps: float = 1e-12
+
+    @model_validator(mode="after")
+    def _exits_need_layers(self) -> BertStudentConfig:
+        if self.early_exit and self.layers < 2:
+            raise ValueError("early_exit needs at least 2 layers to exit before the last")
+        return self
 
 
 class BertStudent(Student):
@@ -99,6 +114,14 @@ class BertStudent(Student):
         self.dropout = nn.Dropout(config.dropout)
         self.classifier = nn.Linear(config.hidden or 0, num_labels)
         self.hf_tokenizer: Any = None  # set by prepare(); saved by save_extra()
+        # FastBERT's branch classifiers after layers 1..M−1 (layer M has `classifier`).
+        self.exits = nn.ModuleList(
+            ExitHead(config.hidden or 0, num_labels)
+            for _ in range(config.layers - 1 if config.early_exit else 0)
+        )
+        if config.early_exit:
+            self.exporter = "edgekd.exporters.early_exit:EarlyExitExporter"  # type: ignore[misc]
+            self.capabilities = self.capabilities | {"early_exit"}  # type: ignore[misc]
 
     def forward(
         self,
@@ -131,6 +154,30 @@ class BertStudent(Student):
         logits = self.classifier(self.dropout(out.pooler_output))
         return (logits, out.hidden_states) if return_hidden else logits
 
+    def layer_logits(
+        self, hidden: tuple[torch.Tensor, ...], final: torch.Tensor
+    ) -> list[torch.Tensor]:
+        """Logits at every layer: the exits' on hidden states 1..M−1, then `final` (the
+        classifier's, layer M). Early-exit students only."""
+        return [head(hidden[m + 1]) for m, head in enumerate(self.exits)] + [final]
+
+    def early_exit(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        threshold: float = 0.0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, exit layer 1..M) per row: each row's prediction at the first layer
+        whose `uncertainty` is below `threshold`, else at the last. The reference the
+        exported graph, which really stops there, is validated against."""
+        final, hidden = self(input_ids, attention_mask, token_type_ids, return_hidden=True)
+        logits = torch.stack(self.layer_logits(hidden, final))  # M × batch × labels
+        certain = uncertainty(logits) < threshold
+        certain[-1] = True  # the last layer answers for every row still undecided
+        layer = certain.to(torch.int64).argmax(0)  # first certain layer, 0-based
+        return logits[layer, torch.arange(logits.shape[1])], layer + 1
+
     def encoder(self) -> Any:
         """The transformers encoder (`BertModel`, `MobileBertModel`)."""
         return getattr(self, self.base_prefix)
@@ -140,7 +187,10 @@ class BertStudent(Student):
         import transformers
 
         hf = getattr(transformers, self.hf_architecture)(self.hf_config)
-        hf.load_state_dict(self.state_dict())
+        # Exits are edgekd's own: the transformers classifier has everything else.
+        hf.load_state_dict(
+            {k: v for k, v in self.state_dict().items() if not k.startswith("exits.")}
+        )
         return hf.eval()
 
     @classmethod
@@ -174,12 +224,24 @@ class BertStudent(Student):
         model.hf_tokenizer = hf_tok
         if config.init == "teacher" and teacher is not None:
             model.init_notes = copy_teacher_weights(model, teacher)
+            if model.exits:
+                model.init_notes.append(model.init_exits())
             if (
                 hf_tok is not teacher_tokenizer
                 and hf_tok.get_vocab() != teacher_tokenizer.get_vocab()
             ):
                 model.init_notes.append(map_word_rows(model, tok, teacher, teacher_tokenizer))
         return model, tok
+
+    def init_exits(self) -> str:
+        """Each exit starts as a copy of the pooler and classifier (the teacher's, when
+        they were copied): the last layer's head is the best guess for every layer's."""
+        pooler = self.encoder().pooler
+        for head in self.exits:
+            assert isinstance(head, ExitHead)
+            head.dense.load_state_dict(pooler.dense.state_dict())
+            head.classifier.load_state_dict(self.classifier.state_dict())
+        return f"exits 1..{len(self.exits)}: copies of the pooler and classifier"
 
     def save_extra(self, folder: Path, id2label: list[str]) -> None:
         """Make the student folder an HF classifier folder (config + tokenizer files)."""
@@ -252,3 +314,26 @@ def copy_teacher_weights(student: BertStudent, teacher: Any) -> list[str]:
     if hasattr(teacher, "classifier") and isinstance(teacher.classifier, nn.Linear):
         copy(student.classifier, teacher.classifier, "classifier")
     return notes
+
+
+class ExitHead(nn.Module):
+    """A FastBERT branch classifier on one layer's [CLS] vector: the same form as BERT's
+    pooler + classifier (dense, tanh, linear), so it can start as their copy. FastBERT's
+    own branch adds a self-attention over the tokens; a pooler-shaped head keeps an
+    exit's cost at 2 small matrix-vector products."""
+
+    def __init__(self, hidden: int, num_labels: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+        self.classifier = nn.Linear(hidden, num_labels)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.tanh(self.dense(hidden[:, 0])))
+
+
+def uncertainty(logits: torch.Tensor) -> torch.Tensor:
+    """FastBERT's normalised entropy, −Σ p·ln p / ln C over the last axis: 0 for a
+    one-hot prediction, 1 for a uniform one, whatever the number of classes C, so one
+    threshold means the same on 2 classes as on 20."""
+    log_p = torch.log_softmax(logits, dim=-1)
+    return -(log_p.exp() * log_p).sum(-1) / math.log(logits.shape[-1])

@@ -103,6 +103,7 @@ class MobileBertStudent(BertStudent):
         self.dropout = nn.Dropout(config.dropout)
         self.classifier = nn.Linear(config.hidden or 0, num_labels)
         self.hf_tokenizer: Any = None
+        self.exits = nn.ModuleList()  # no early exit: its layers export as one graph
 
     @classmethod
     def prepare(

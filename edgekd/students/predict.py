@@ -68,6 +68,9 @@ class OnnxPredictor:
             )
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1 if workers > 1 else threads
+        # Errors only: an early-exit graph's overridable `exit_threshold` draws a warning
+        # at every load.
+        options.log_severity_level = 3
         self.sessions = [
             ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
             for _ in range(workers)

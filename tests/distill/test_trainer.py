@@ -64,3 +64,43 @@ def test_split_between_shares_each_batch_out_in_step_order():
     parts = split_between(batches, 2)
     assert parts == [[0, 2, 4], [1, 3], [5, 7], [6], [8], [8]]
     assert parts[0::2] == [[0, 2, 4], [5, 7], [8]] and parts[1::2] == [[1, 3], [6], [8]]
+
+
+def test_exit_self_distillation_matches_hand_computation():
+    import math
+
+    from edgekd.distill.layers import Features
+    from edgekd.distill.trainer import exit_self_distillation
+
+    class TwoExits:
+        def layer_logits(self, hidden, final):
+            return [torch.zeros(1, 2), torch.tensor([[0.0, 3.0]]), final]
+
+    final = torch.tensor([[0.0, math.log(3)]])  # q = (¼, ¾)
+    features = Features(final, (torch.zeros(1, 1, 2),) * 3, torch.ones(1, 1))
+    # Exit 1: p = (½, ½), KL(p ‖ q) = ½ ln(½/¼) + ½ ln(½/¾) = ½ ln(4/3).
+    # Exit 2: p = (1 − s, s), s = σ(3): KL = (1−s) ln((1−s)/¼) + s ln(s/¾).
+    s = 1 / (1 + math.exp(-3))
+    want = 0.5 * math.log(4 / 3) + (1 - s) * math.log((1 - s) / 0.25) + s * math.log(s / 0.75)
+    assert exit_self_distillation(TwoExits(), features).item() == pytest.approx(want, rel=1e-5)
+
+
+def test_exit_self_distillation_trains_the_exits_and_leaves_the_backbone(tiny_teacher):
+    from edgekd.distill.layers import student_features
+    from edgekd.distill.teacher import load_teacher
+    from edgekd.distill.trainer import exit_self_distillation
+    from edgekd.students.bert import BertStudent
+
+    teacher = load_teacher(str(tiny_teacher))
+    model, tok = BertStudent.prepare({"layers": 2, "early_exit": True}, ["x"], 2, *teacher)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model.exits[0].classifier.weight.normal_()  # unlike the last layer's head
+    batch = {k: torch.from_numpy(v) for k, v in tok(["good film", "dull plot"]).items()}
+    loss = exit_self_distillation(model, student_features(model.eval(), batch, False))
+    loss.backward()
+    assert loss.item() > 0
+    assert model.exits[0].classifier.weight.grad.abs().sum() > 0
+    # The backbone and the last layer's classifier (the target) get nothing from it.
+    assert all(p.grad is None for p in model.bert.parameters())
+    assert model.classifier.weight.grad is None

@@ -104,3 +104,63 @@ def test_bert_student_with_its_own_vocabulary_maps_rows_from_teacher_pieces(teac
     film, s_ = t_tok.convert_tokens_to_ids(["film", "##s"])
     torch.testing.assert_close(s_table[5], t_table[good])
     torch.testing.assert_close(s_table[6], (t_table[film] + t_table[s_]) / 2)  # "films"
+
+
+def test_uncertainty_is_normalised_entropy() -> None:
+    import math
+
+    from edgekd.students.bert import uncertainty
+
+    rows = [[0.0, 0.0], [0.0, math.log(3)], [0.0, 0.0, 0.0], [0.0, 100.0]]
+    # (¼, ¾): −(¼ ln ¼ + ¾ ln ¾)/ln 2 = 0.8113; uniform: 1 whatever the classes; one-hot: 0.
+    want = [1.0, -(0.25 * math.log(0.25) + 0.75 * math.log(0.75)) / math.log(2), 1.0, 0.0]
+    got = [uncertainty(torch.tensor(row)).item() for row in rows]
+    assert got == pytest.approx(want, abs=1e-5)
+
+
+def early_exit_student(teacher, layers: int = 2):
+    model, tok = BertStudent.prepare({"layers": layers, "early_exit": True}, ["x"], 2, *teacher)
+    return model.eval(), tok
+
+
+def test_early_exit_student_has_one_exit_per_layer_but_the_last(teacher):
+    model, _ = early_exit_student(teacher)
+    assert len(model.exits) == 1 and "early_exit" in model.capabilities
+    # Each exit starts as the pooler + classifier.
+    assert torch.equal(model.exits[0].classifier.weight, model.classifier.weight)
+    assert torch.equal(model.exits[0].dense.weight, model.bert.pooler.dense.weight)
+    assert model.init_notes[-1] == "exits 1..1: copies of the pooler and classifier"
+    with pytest.raises(ValueError, match="at least 2 layers"):
+        BertStudent.prepare({"layers": 1, "early_exit": True}, ["x"], 2, *teacher)
+
+
+def test_early_exit_stops_each_row_at_its_first_certain_layer(teacher):
+    model, tok = early_exit_student(teacher)
+    enc = {k: torch.from_numpy(v) for k, v in tok(["good film", "the plot was dull"]).items()}
+    with torch.no_grad():
+        # Exit 1 made as certain for every row: logits (0, 3) whatever the input, whose
+        # uncertainty is 0.2754 (p = σ(3) = 0.9526: −(p ln p + (1−p) ln(1−p))/ln 2).
+        model.exits[0].classifier.weight.zero_()
+        model.exits[0].classifier.bias.copy_(torch.tensor([0.0, 3.0]))
+        full = model(**enc)
+        logits, layer = model.early_exit(**enc, threshold=0.0)
+        torch.testing.assert_close(logits, full)
+        assert layer.tolist() == [2, 2]
+        logits, layer = model.early_exit(**enc, threshold=0.3)
+        assert layer.tolist() == [1, 1]
+        torch.testing.assert_close(logits, torch.tensor([[0.0, 3.0], [0.0, 3.0]]))
+        _, layer = model.early_exit(**enc, threshold=0.27)  # 0.2754 is not below 0.27
+        assert layer.tolist() == [2, 2]
+
+
+def test_early_exit_student_saves_and_loads_its_exits(teacher, tmp_path):
+    model, tok = early_exit_student(teacher)
+    with torch.no_grad():
+        model.exits[0].classifier.bias.fill_(3.0)
+    save_student(tmp_path, model, tok, ["negative", "positive"])
+    reloaded, _, _ = load_student(tmp_path)
+    assert torch.equal(reloaded.exits[0].classifier.bias, model.exits[0].classifier.bias)
+    # The folder stays a transformers classifier: the exits are edgekd's own extra.
+    assert set(model.hf_classifier().state_dict()) == {
+        k for k in model.state_dict() if not k.startswith("exits.")
+    }
