@@ -350,9 +350,18 @@ def distill(
         None,
         "--augment",
         help="Comma-separated: mask, pos, ngram, tang (all three), swap (a span from another "
-        "text), minimax (pick the most divergent variants each epoch), mixup (MixKD); none: "
+        "text), minimax (pick the most divergent variants each epoch), mixup (MixKD), "
+        "mate (MATE-KD: a masked LM rewrites text against the student; --generator); none: "
         "no augmentation. Their options: -s augment.methods.NAME.options.FIELD=VALUE.",
         show_default="tang",
+    ),
+    generator: str | None = typer.Option(
+        None,
+        "--generator",
+        help="MATE-KD (--augment mate): the masked-LM generator, an HF id or folder reading the "
+        "teacher's vocabulary (a BERT-uncased teacher: distilbert-base-uncased, or the smaller "
+        "google/bert_uncased_L-4_H-256_A-4).",
+        show_default="none",
     ),
     n_iter: int = field(AugmentConfig, "n_iter", "--n-iter"),
     max_augmented: int | None = field(
@@ -430,6 +439,11 @@ def distill(
         listed = {component_name(m): m for m in (raw.get("augment") or {}).get("methods") or []}
         names = [m.strip() for m in augment.split(",") if m.strip() not in ("", "none")]
         raw = apply_sets(raw, {"augment.methods": [listed.get(n, n) for n in names]})
+    if generator is not None:
+        listed = [component_name(m) for m in (raw.get("augment") or {}).get("methods") or []]
+        if "mate" not in listed:
+            raise EdgeKDError("--generator is MATE-KD's: add mate to --augment (--augment mate)")
+        raw = apply_sets(raw, {"augment.methods.mate.options.generator": generator})
     raw = apply_sets(raw, sets, DistillConfig)
     sizes: dict[str, Any] = {"layers": layers, "hidden": hidden, "heads": heads, "ffn": ffn}
     if early_exit:

@@ -168,6 +168,7 @@ AUGMENTERS: Registry[Any] = Registry(
         "swap": "edgekd.distill.augment:SwapAugmenter",
         "minimax": "edgekd.distill.minimax:MinimaxSelector",
         "mixup": "edgekd.distill.mixup:MixKD",
+        "mate": "edgekd.distill.mate:MateKD",
     },
 )
 LAYER_LOSSES: Registry[Any] = Registry(

@@ -136,11 +136,17 @@ def save(
 
     parts = {"model": model.state_dict(), "best": done.best_state or {}}
     parts |= {name: module.state_dict() for name, module in extra_modules.items()}
-    tensors = {
-        f"{prefix}.{k}": v.detach().cpu().contiguous()
-        for prefix, state in parts.items()
-        for k, v in state.items()
-    }
+    tensors: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for prefix, state in parts.items():
+        for k, v in state.items():
+            t = v.detach().cpu().contiguous()
+            # Tied weights (a masked LM's decoder is its word table) share storage, which
+            # safetensors refuses: the second name gets its own copy.
+            if t.numel() and t.data_ptr() in seen:
+                t = t.clone()
+            seen.add(t.data_ptr())
+            tensors[f"{prefix}.{k}"] = t
     optim_tensors, optim_meta = _optimizer_state(optim)
     tensors |= optim_tensors
     tensors["rng.torch"] = torch.get_rng_state()

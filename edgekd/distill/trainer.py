@@ -67,7 +67,7 @@ def lr_factor(step: int, total: int, warmup: int, decay: str) -> float:
 
 class Extras:
     """What a run adds to the plain loop: an online teacher for intermediate-layer
-    losses and MixKD, and minimax selection among augmented rows."""
+    losses, MixKD and MATE-KD, and minimax selection among augmented rows."""
 
     def __init__(
         self,
@@ -77,10 +77,12 @@ class Extras:
         mixkd: Any = None,
         selector: Any = None,
         n_original: int = 0,
+        mate: Any = None,
     ) -> None:
         self.teacher, self.teacher_tokenizer = teacher, teacher_tokenizer
         self.layer_loss, self.mixkd, self.selector = layer_loss, mixkd, selector
         self.n_original = n_original
+        self.mate = mate
 
 
 def train_student(
@@ -216,6 +218,8 @@ def train_student(
             loss = loss + exit_weight * exit_self_distillation(unwrapped_student, s_feat)
         if mixkd is not None and w_pred > 0:
             loss = loss + mixkd(model, batch, [train.texts[i] for i in rows.tolist()], gold)
+        if extras.mate is not None and w_pred > 0:
+            loss = loss + extras.mate(model, unwrapped_student, batch)
         return loss
 
     # What a checkpoint holds beyond the student: trainable layer-loss projections and
@@ -223,16 +227,21 @@ def train_student(
     modules: dict[str, torch.nn.Module] = {}
     if layer_loss is not None:
         modules["layer_loss"] = layer_loss
+    if extras.mate is not None:  # the generator resumes as trained so far
+        modules["mate_generator"] = extras.mate.generator
     averaged = weight_average(accelerator.unwrap_model(model), cfg.ema, len(loader))
     if averaged is not None:
         modules["ema"] = averaged
     generators = {"mixkd": mixkd.rng} if mixkd is not None else {}
+    # MATE-KD's draws (positions, Gumbel noise) go on from where they stopped.
+    torch_generators = {"mate": extras.mate.rng} if extras.mate is not None else {}
     match = ckpt.fingerprint(cfg.model_dump(mode="json"), train.texts, train.labels)
     resume = ckpt.Resume()
     if checkpoint is not None:
         resume = ckpt.load(
-            checkpoint, match, accelerator.unwrap_model(model), optim, modules, generators
-        )
+            checkpoint, match, accelerator.unwrap_model(model), optim, modules, generators,
+            torch_generators=torch_generators,
+        )  # fmt: skip
     best_acc, best_epoch, best_state, history = (
         resume.best_acc,
         resume.best_epoch,
@@ -315,7 +324,7 @@ def train_student(
                 done = ckpt.Resume(epoch, best_acc, best_epoch, best_state, history)
                 ckpt.save(
                     checkpoint, match, accelerator.unwrap_model(model), optim, done, modules,
-                    generators,
+                    generators, torch_generators=torch_generators,
                 )  # fmt: skip
             if not stop and seconds_left is not None and epoch < cfg.epochs:
                 took, left = time.perf_counter() - epoch_start, seconds_left()
@@ -455,7 +464,7 @@ def preflight(cfg: DistillConfig) -> None:
 
 def check_methods(cfg: DistillConfig, student_cls: Any) -> None:
     """Refuse combinations that cannot work, before any data is read."""
-    from edgekd.distill.augment import methods_of_stage
+    from edgekd.distill.augment import method_options, methods_of_stage
 
     methods = cfg.augment.methods
     if methods_of_stage(methods, "select") and not methods_of_stage(methods, "text"):
@@ -463,6 +472,17 @@ def check_methods(cfg: DistillConfig, student_cls: Any) -> None:
             "minimax selects among augmented variants; add a text augmenter, "
             "e.g. --augment tang,minimax"
         )
+    if methods_of_stage(methods, "adversarial"):
+        if "hidden_states" not in student_cls.capabilities:
+            raise EdgeKDError(
+                "mate rewrites the teacher's tokens for teacher and student alike; use "
+                "--student bert (or mobilebert), which reads them"
+            )
+        if method_options(cfg.augment, "adversarial").generator is None:
+            raise EdgeKDError(
+                "mate needs a masked-LM generator that reads the teacher's vocabulary: "
+                "pass --generator ID_OR_FOLDER"
+            )
     if cfg.intermediate is None:
         return
     name = cfg.intermediate.name
@@ -530,6 +550,29 @@ def build_extras(
             mix.alpha,
             mix.alpha_sm,
             mix.alpha_tmkd,
+            cfg.seed,
+        )
+        extras.teacher = teacher
+    if methods_of_stage(cfg.augment.methods, "adversarial"):
+        from edgekd.distill.mate import MateKD, load_generator
+
+        if tok.tokenizer.get_vocab() != dict(teacher_tok.get_vocab()):
+            raise EdgeKDError(
+                "mate rewrites the teacher's tokens, which the student must read too: use "
+                "the bert or mobilebert student with the teacher's vocabulary"
+            )
+        mate = method_options(cfg.augment, "adversarial")
+        assert mate.generator is not None  # check_methods refused a missing one
+        extras.mate = MateKD(
+            teacher,
+            load_generator(mate.generator, teacher_tok),
+            list(teacher_tok.all_special_ids),
+            teacher_tok.mask_token_id,
+            mate.mask,
+            mate.tau,
+            mate.generator_lr,
+            mate.weight,
+            mate.max_every,
             cfg.seed,
         )
         extras.teacher = teacher

@@ -125,19 +125,23 @@ class BertStudent(Student):
 
     def forward(
         self,
-        input_ids: torch.Tensor,
+        input_ids: torch.Tensor | None,
         attention_mask: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         mix: tuple[torch.Tensor, torch.Tensor] | None = None,
         return_hidden: bool = False,
+        inputs_embeds: torch.Tensor | None = None,
     ) -> Any:
         """Logits; with `return_hidden`, (logits, hidden states of embeddings + each layer).
 
         `mix = (perm, lam)` mixes the word embeddings of each row with those of row
-        perm[i] (MixKD); padded positions count as zero vectors. `token_type_ids`
+        perm[i] (MixKD); padded positions count as zero vectors. `inputs_embeds`
+        replaces the word embeddings of `input_ids` (pass None for the ids then). `token_type_ids`
         mark a sentence pair's second text (all zero for one text).
         """
         kwargs: dict[str, Any] = {"input_ids": input_ids}
+        if inputs_embeds is not None:  # word embeddings given (MATE-KD's rewritten text)
+            kwargs = {"inputs_embeds": inputs_embeds}
         encoder = self.encoder()
         if mix is not None:
             from edgekd.students.base import mix_embeddings

@@ -330,6 +330,28 @@ def test_run_distill_mobilebert_transfers_layers_then_predictions(
     assert m["intermediate"] is None
 
 
+def test_run_distill_mate_kd_trains_a_bert_student_against_a_generator(
+    tiny_teacher, tiny_data, tmp_path
+):
+    from distill.test_mate import build_generator
+
+    gen = str(build_generator(tmp_path / "gen", tiny_teacher))
+    mate = {"name": "mate", "options": {"generator": gen, "max_every": 2}}
+    kw = {"student": {"name": "bert", "options": BERT}, "augment": {"methods": [mate]}}
+    import yaml
+
+    m = run_distill(cfg(tiny_teacher, tiny_data, **kw), tmp_path / "s")
+    assert m["epochs_run"] == 2
+    resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
+    assert resolved["augment"]["methods"] == [mate]
+    # The student must read the teacher's tokens, and a generator is needed.
+    with pytest.raises(EdgeKDError, match="use --student bert"):
+        run_distill(cfg(tiny_teacher, tiny_data, augment={"methods": [mate]}), tmp_path / "t")
+    bare = {**kw, "augment": {"methods": ["mate"]}}
+    with pytest.raises(EdgeKDError, match="pass --generator"):
+        run_distill(cfg(tiny_teacher, tiny_data, **bare), tmp_path / "u")
+
+
 def test_run_distill_minilm_trains_a_narrower_student_with_other_heads(
     tiny_teacher, tiny_data, tmp_path
 ):
