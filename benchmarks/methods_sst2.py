@@ -155,6 +155,11 @@ def markdown(table: dict[str, dict[str, Any]], checks: list[dict[str, Any]], met
         "",
         f"Teacher dev accuracy {meta['teacher_accuracy']:.4f}. {meta['machine']}.",
         "",
+        "The bert3 rows are this sweep's: every one predicted the majority class after its "
+        "first epoch (63 steps at 5e-5, no warm-up). The small-BERT methods are re-run, with "
+        "the new ones and CoLA, by benchmarks/methods_bert.py (methods_bert_sst2.md, "
+        "methods_bert_cola.md); bert3/KD stays here as TAKD's assistant.",
+        "",
         "| method | train rows | augmented | dev acc | ± | retention | agreement | params | "
         "min/run |",
         "|---|---|---|---|---|---|---|---|---|",

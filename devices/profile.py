@@ -154,10 +154,14 @@ def reads_strings(model: Path) -> bool:
 
 
 def is_early_exit(model: Path) -> bool:
-    """Whether an ONNX model takes an `exit_threshold` (an early-exit export)."""
+    """Whether an ONNX model takes an `exit_threshold` (an early-exit export). A file
+    that is missing or no ONNX model is not one; `profile_model` says what is wrong."""
     import onnx
 
-    graph = onnx.load(str(model), load_external_data=False).graph
+    try:
+        graph = onnx.load(str(model), load_external_data=False).graph
+    except Exception:
+        return False
     return any(i.name == "exit_threshold" for i in graph.input)
 
 

@@ -207,9 +207,19 @@ class Recipe(StrictModel):
 
     def export_config(self, variant: str) -> ExportConfig:
         extra = self.named_variants()[variant].get("export", {})
-        return validate(
-            ExportConfig, deep_merge(self.export.model_dump(), extra), f"variant {variant}"
-        )
+        fields = deep_merge(self.export.model_dump(), extra)
+        # An early-exit student's threshold holds the budget's accuracy terms unless the
+        # export section says otherwise (one place to state what must hold).
+        given = self.export.model_fields_set | set(extra)
+        student = deep_merge(self.distill, self.named_variants()[variant]).get("student")
+        exits = isinstance(student, dict) and (student.get("options") or {}).get("early_exit")
+        if exits and "exit_threshold" not in given:
+            limits = self.budget_model()
+            if limits.min_agreement is not None and "exit_min_agreement" not in given:
+                fields["exit_min_agreement"] = limits.min_agreement
+            if limits.min_accuracy is not None and "exit_min_accuracy" not in given:
+                fields["exit_min_accuracy"] = limits.min_accuracy
+        return validate(ExportConfig, fields, f"variant {variant}")
 
     def budget_model(self) -> Budget:
         if isinstance(self.budget, str):

@@ -364,7 +364,9 @@ def layer_outputs(model: Any, tok: Any, texts: list[Any]) -> tuple[np.ndarray, n
     return logits, uncertainty(torch.from_numpy(logits)).numpy()
 
 
-def decide(logits: np.ndarray, uncertain: np.ndarray, threshold: float) -> tuple[np.ndarray, ...]:
+def decide(
+    logits: np.ndarray, uncertain: np.ndarray, threshold: float
+) -> tuple[np.ndarray, np.ndarray]:
     """(label, exit layer 1..M) per row at `threshold`: the student's `early_exit` rule."""
     certain = uncertain < np.float32(threshold)
     certain[-1] = True
@@ -377,18 +379,19 @@ def exit_points(
 ) -> list[dict[str, float]]:
     """Accuracy, agreement with the full model and mean exit layer at each threshold."""
     full = logits[-1].argmax(-1)
-    out = []
-    for threshold in thresholds:
-        labels, layer = decide(logits, uncertain, threshold)
-        out.append(
-            {
-                "threshold": threshold,
-                "accuracy": float((labels == gold).mean()),
-                "agreement": float((labels == full).mean()),
-                "mean_exit_layer": float(layer.mean()),
-            }
-        )
-    return out
+    return [point(t, *decide(logits, uncertain, t), gold, full) for t in thresholds]
+
+
+def point(
+    threshold: float, labels: np.ndarray, layers: np.ndarray, gold: np.ndarray, full: np.ndarray
+) -> dict[str, float]:
+    """One threshold's accuracy, agreement with the full model and mean exit layer."""
+    return {
+        "threshold": threshold,
+        "accuracy": float((labels == gold).mean()),
+        "agreement": float((labels == full).mean()),
+        "mean_exit_layer": float(layers.mean()),
+    }
 
 
 def choose_threshold(
@@ -442,12 +445,5 @@ def onnx_exit_points(
             feed[THRESHOLD] = np.array(threshold, dtype=np.float32)
             logits, layer = session.run(["logits", "exit_layer"], feed)
             labels[idx], layers[idx] = logits.argmax(-1), layer
-        out.append(
-            {
-                "threshold": threshold,
-                "accuracy": float((labels == gold).mean()),
-                "agreement": float((labels == full).mean()),
-                "mean_exit_layer": float(layers.mean()),
-            }
-        )
+        out.append(point(threshold, labels, layers, gold, full))
     return out

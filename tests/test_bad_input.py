@@ -52,6 +52,7 @@ def world(tmp_path_factory, tiny_teacher, tiny_data) -> Path:
         "empty.yaml": "",
         "negative.yaml": "max_bytes: -5\n",
         "accuracy-only.yaml": "min_accuracy: 0.5\n",
+        "bytes-only.yaml": "max_bytes: 1000000\n",
         "device-typo.yaml": "max_bytes: 100\ndevices: {pi: {max_p90: 3}}\n",
     }.items():
         (bad / f"budget-{name}").write_text(text)
@@ -132,6 +133,13 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "distill/loss-option": (["distill", "--teacher", T, "--out", OUT, "--loss", "kd", "-s", "loss.options.tau=3"], 2, "has no option 'tau'; valid: none"),
     "distill/layer-option": (["distill", "--teacher", T, "--out", OUT, "--student", "bert", "--intermediate", "pkd", "-s", "intermediate.options.wieght=3"], 2, "valid: layer_map, weight"),
     "distill/epochs-0": (["distill", "--teacher", T, "--out", OUT, "--epochs", "0"], 2, "epochs"),
+    "distill/early-exit-bilstm": (["distill", "--teacher", T, "--out", OUT, "--early-exit"], 2, "--early-exit needs a bert student"),
+    "distill/early-exit-1-layer": (["distill", "--teacher", T, "--out", OUT, "--student", "bert", "--layers", "1", "--early-exit"], 2, "at least 2 layers"),
+    "distill/generator-alone": (["distill", "--teacher", T, "--out", OUT, "--generator", T], 2, "add mate to --augment"),
+    "distill/mate-no-generator": (["distill", "--teacher", T, "--out", OUT, "--data", D, "--student", "bert", "--augment", "mate"], 2, "pass --generator"),
+    "distill/mate-bilstm": (["distill", "--teacher", T, "--out", OUT, "--data", D, "--augment", "mate", "--generator", T], 2, "use --student bert"),
+    "distill/mate-option": (["distill", "--teacher", T, "--out", OUT, "--student", "bert", "--augment", "mate", "-s", "augment.methods.mate.options.mask=2"], 2, "fix augment.methods.mate.options.mask"),
+    "distill/intermediate-minilm-heads": (["distill", "--teacher", T, "--out", OUT, "--student", "bert", "--intermediate", "minilm", "-s", "intermediate.options.relation_heads=0"], 2, "relation_heads"),
     "distill/runtime": (["distill", "--teacher", T, "--out", OUT, "--teacher-runtime", "tpu"], 2, "torch"),
     "distill/teacher-missing": (["distill", "--teacher", "{w}/no-teacher", "--data", D, "--out", OUT], 2, "no-teacher"),
     "distill/teacher-not-a-model": (["distill", "--teacher", X, "--data", D, "--out", OUT], 2, "bad"),
@@ -149,6 +157,8 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "export/preset-bad": (["export", S, "--out", OUT, "--int8", "--preset", "z80"], 2, "avx2"),
     "export/fixed-shape": (["export", S, "--out", OUT, "--fixed-shape", "64"], 2, "fixed_shape"),
     "export/atol": (["export", S, "--out", OUT, "--atol", "-1"], 2, "atol"),
+    "export/exit-threshold": (["export", S, "--out", OUT, "--exit-threshold", "2"], 2, "exit_threshold"),
+    "export/budget-no-accuracy": (["export", S, "--out", OUT, "--budget", X + "/budget-bytes-only.yaml"], 2, "neither min_accuracy nor min_agreement"),
     "export/out-foreign": (["export", S, "--out", X], 3, "--overwrite"),
     # eval
     "eval/missing-model": (["eval", "{w}/nope.onnx", "--data", D], 2, "nope"),

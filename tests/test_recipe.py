@@ -166,3 +166,29 @@ def test_run_recipe_fine_tunes_a_teacher_when_none_is_given(tmp_path, tiny_data)
     student = yaml.safe_load((run / "small" / "student" / "config.yaml").read_text())
     assert Path(student["teacher"]) == run / "teacher"
     assert run_recipe(recipe) == 0 and statuses(run)["teacher"] == "cached"
+
+
+def test_recipe_export_takes_an_early_exit_threshold_rule_from_the_budget(
+    tmp_path, tiny_teacher, tiny_data
+):
+    bert = {"name": "bert", "options": {"layers": 2}}
+    variants = {
+        "plain": {},
+        "exits": {"student": {"options": {"early_exit": True}}},
+        "given": {"student": {"options": {"early_exit": True}}, "export": {"exit_threshold": 0.2}},
+    }
+    path = write_recipe(
+        tmp_path, tiny_teacher, tiny_data, {"min_agreement": 0.97, "min_accuracy": 0.8},
+        variants=variants,
+    )  # fmt: skip
+    raw = yaml.safe_load(path.read_text())
+    raw["distill"]["student"] = bert
+    path.write_text(yaml.safe_dump(raw))
+    recipe = load_recipe(path)
+    exits = recipe.export_config("exits")
+    assert (exits.exit_min_agreement, exits.exit_min_accuracy) == (0.97, 0.8)
+    # A student without exits keeps its export (and its cached stage) as it was.
+    plain = recipe.export_config("plain")
+    assert (plain.exit_min_agreement, plain.exit_min_accuracy) == (0.99, None)
+    given = recipe.export_config("given")
+    assert given.exit_threshold == 0.2 and given.exit_min_agreement == 0.99

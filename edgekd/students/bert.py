@@ -198,16 +198,9 @@ class BertStudent(Student):
         return hf.eval()
 
     @classmethod
-    def prepare(
-        cls,
-        options: dict[str, Any],
-        texts: list[str],
-        num_labels: int,
-        teacher: Any,
-        teacher_tokenizer: Any,
-    ) -> tuple[BertStudent, StudentTokenizer]:
-        tc = getattr(teacher, "config", None)
-        defaults = {
+    def teacher_defaults(cls, tc: Any) -> dict[str, Any]:
+        """Options an unset field takes from the teacher's config `tc` (None: none)."""
+        return {
             "hidden": getattr(tc, "hidden_size", 256),
             "heads": getattr(tc, "num_attention_heads", 4),
             "ffn": getattr(tc, "intermediate_size", 1024),
@@ -216,10 +209,36 @@ class BertStudent(Student):
             "hidden_act": getattr(tc, "hidden_act", "gelu"),
             "layer_norm_eps": getattr(tc, "layer_norm_eps", 1e-12),
         }
-        config = BertStudentConfig(**{**defaults, **{k: v for k, v in options.items()}})
-        assert config.hidden is not None and config.heads is not None
+
+    @classmethod
+    def check_shape(cls, config: Any) -> None:
+        """Raise ValueError for sizes the architecture cannot take."""
         if config.hidden % config.heads:
             raise ValueError(f"hidden {config.hidden} is not a multiple of heads {config.heads}")
+
+    def init_from_teacher(
+        self, teacher: Any, teacher_tokenizer: Any, tok: StudentTokenizer
+    ) -> list[str]:
+        """Copy what fits from the teacher; what was done, in words."""
+        notes = copy_teacher_weights(self, teacher)
+        if self.exits:
+            notes.append(self.init_exits())
+        if self.hf_tokenizer.get_vocab() != teacher_tokenizer.get_vocab():
+            notes.append(map_word_rows(self, tok, teacher, teacher_tokenizer))
+        return notes
+
+    @classmethod
+    def prepare(
+        cls,
+        options: dict[str, Any],
+        texts: list[str],
+        num_labels: int,
+        teacher: Any,
+        teacher_tokenizer: Any,
+    ) -> tuple[BertStudent, StudentTokenizer]:
+        defaults = cls.teacher_defaults(getattr(teacher, "config", None))
+        config = cls.Config(**{**defaults, **options})
+        cls.check_shape(config)
         hf_tok = teacher_tokenizer
         if config.tokenizer is not None:
             hf_tok = load_tokenizer(config.tokenizer)
@@ -227,14 +246,7 @@ class BertStudent(Student):
         model = cls(config, tok.vocab_size, num_labels)
         model.hf_tokenizer = hf_tok
         if config.init == "teacher" and teacher is not None:
-            model.init_notes = copy_teacher_weights(model, teacher)
-            if model.exits:
-                model.init_notes.append(model.init_exits())
-            if (
-                hf_tok is not teacher_tokenizer
-                and hf_tok.get_vocab() != teacher_tokenizer.get_vocab()
-            ):
-                model.init_notes.append(map_word_rows(model, tok, teacher, teacher_tokenizer))
+            model.init_notes = model.init_from_teacher(teacher, teacher_tokenizer, tok)
         return model, tok
 
     def init_exits(self) -> str:

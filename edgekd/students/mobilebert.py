@@ -30,8 +30,8 @@ from torch import nn
 
 from edgekd.config import StrictModel
 from edgekd.students.base import project_rows
-from edgekd.students.bert import BertStudent, load_tokenizer
-from edgekd.students.tokenizer import StudentTokenizer, wordpiece_from_teacher
+from edgekd.students.bert import BertStudent
+from edgekd.students.tokenizer import StudentTokenizer
 
 
 class MobileBertStudentConfig(StrictModel):
@@ -106,36 +106,26 @@ class MobileBertStudent(BertStudent):
         self.exits = nn.ModuleList()  # no early exit: its layers export as one graph
 
     @classmethod
-    def prepare(
-        cls,
-        options: dict[str, Any],
-        texts: list[str],
-        num_labels: int,
-        teacher: Any,
-        teacher_tokenizer: Any,
-    ) -> tuple[BertStudent, StudentTokenizer]:
-        tc = getattr(teacher, "config", None)
-        defaults = {
+    def teacher_defaults(cls, tc: Any) -> dict[str, Any]:
+        return {
             "layers": getattr(tc, "num_hidden_layers", 4),
             "hidden": getattr(tc, "hidden_size", 256),
             "max_position_embeddings": getattr(tc, "max_position_embeddings", 512),
             "type_vocab_size": getattr(tc, "type_vocab_size", 2),
         }
-        config = MobileBertStudentConfig(**{**defaults, **options})
+
+    @classmethod
+    def check_shape(cls, config: Any) -> None:
         if config.bottleneck % config.heads:
             raise ValueError(
                 f"bottleneck {config.bottleneck} is not a multiple of heads {config.heads}"
             )
-        hf_tok = teacher_tokenizer
-        if config.tokenizer is not None:
-            hf_tok = load_tokenizer(config.tokenizer)
-        tok = wordpiece_from_teacher(hf_tok, config.max_length, add_special_tokens=True)
-        model = cls(config, tok.vocab_size, num_labels)
-        model.hf_tokenizer = hf_tok
-        if config.init == "teacher" and teacher is not None:
-            same = hf_tok.get_vocab() == teacher_tokenizer.get_vocab()
-            model.init_notes = copy_teacher_embeddings(model, teacher, tok, teacher_tokenizer, same)
-        return model, tok
+
+    def init_from_teacher(
+        self, teacher: Any, teacher_tokenizer: Any, tok: StudentTokenizer
+    ) -> list[str]:
+        same = self.hf_tokenizer.get_vocab() == teacher_tokenizer.get_vocab()
+        return copy_teacher_embeddings(self, teacher, tok, teacher_tokenizer, same)
 
 
 def copy_teacher_embeddings(

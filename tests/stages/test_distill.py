@@ -189,7 +189,7 @@ def test_run_distill_rejects_unknown_augmenter_before_any_work(tiny_data, tmp_pa
 
     with pytest.raises(
         EdgeKDError,
-        match="unknown augmenter 'shuffle'; valid names: mask, minimax, mixup, ngram, pos, "
+        match="unknown augmenter 'shuffle'; valid names: mask, mate, minimax, mixup, ngram, pos, "
         "swap, tang",
     ):
         augment = AugmentConfig(methods=["shuffle"])
@@ -419,7 +419,7 @@ def test_run_distill_minimax_trains_on_k_picks_per_text(tiny_teacher, tiny_data,
         ({"intermediate": "pkd"}, "use --student bert"),
         (
             {"student": "bert", "intermediate": "nope"},
-            "valid names: alp, distilbert, minilm, pkd, tinybert",
+            "valid names: alp, distilbert, minilm, mobilebert, pkd, tinybert",
         ),
         (
             {"student": "bert", "intermediate": {"name": "pkd", "options": {"layer_map": "x"}}},
