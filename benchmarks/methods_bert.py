@@ -56,6 +56,9 @@ SCHEDULES: dict[str, dict[str, Any]] = {
 }
 SCHEDULE = "2e-4, no warm-up"
 
+# Early exit: besides the threshold export chooses, these fixed ones (dev, each seed).
+SHOWN_THRESHOLDS = (0.1, 0.3, 0.5)
+
 PLAIN = {"augment": {"methods": []}, "time_budget": None, "batch_size": 32}
 BERT3 = {"student": {"name": "bert", "options": {"layers": 3}}, "epochs": 3, **PLAIN}
 EE = {"name": "bert", "options": {"layers": 3, "early_exit": True}}
@@ -163,7 +166,7 @@ def run_one(
     out = RUNS / task / f"{tag}{name.replace(' ', '_')}-s{seed}"
     done = out / "bench.json"
     if done.is_file():
-        return json.loads(done.read_text())
+        return with_exit_sweep(json.loads(done.read_text()), out)
     teacher, data = task_paths(task, shared)
     fields = json.loads(json.dumps(fields))  # a deep copy to fill in
     for method in fields.get("augment", {}).get("methods", []):
@@ -195,6 +198,15 @@ def run_one(
             "layers": ee.layers,
         }
     done.write_text(json.dumps(metrics, indent=1, default=str))
+    return with_exit_sweep(metrics, out)
+
+
+def with_exit_sweep(metrics: dict[str, Any], out: Path) -> dict[str, Any]:
+    """An early-exit run's metrics with every threshold's dev point (from export.json)."""
+    report = out / "export" / "export.json"
+    if "exit" in metrics and report.is_file():
+        early = json.loads(report.read_text())["early_exit"]
+        metrics["exit"]["sweep"] = early["dev"]["fp32"]
     return metrics
 
 
@@ -299,6 +311,16 @@ def summarise(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, A
         )
         if "exit" in runs[0]:
             exits = [r["exit"] for r in runs]
+            for fixed in SHOWN_THRESHOLDS:
+                points = [p for e in exits for p in e["sweep"] if p["threshold"] == fixed]
+                table[f"{name} (exit at {fixed:g})"] = row(
+                    [p["accuracy"] for p in points],
+                    agreement=statistics.mean(p["agreement"] for p in points),
+                    thresholds=[fixed] * len(points),
+                    mean_exit_layer=statistics.mean(p["mean_exit_layer"] for p in points),
+                    layers=exits[0]["layers"],
+                    params=runs[0]["params"],
+                )
             table[f"{name} (exit)"] = row(
                 [e["accuracy"] for e in exits],
                 agreement=statistics.mean(e["agreement"] for e in exits),
@@ -344,6 +366,13 @@ def markdown(task: str, table: dict, checks: list, meta: dict, first: dict | Non
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in table.items():
+        if "(exit at" in name:
+            lines.append(
+                f"| {name}: {r['mean_exit_layer']:.2f} of {r['layers']} layers | "
+                f"{r['mean']:.4f} | {r['std']:.4f} | {r['mean'] / t_acc:.1%} | | "
+                f"{r['agreement']:.4f} | | {r['params']:,} | |"
+            )
+            continue
         if "exit" in name:
             lines.append(
                 f"| {name}: threshold {statistics.median(r['thresholds']):g}, "

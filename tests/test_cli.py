@@ -653,3 +653,15 @@ def test_cli_distill_early_exit_refuses_students_that_cannot(tmp_path, tiny_teac
     )
     assert r.exit_code == 2 and message in r.output.splitlines()[-1], r.output
     assert not (tmp_path / "s").exists()
+
+
+def test_distill_help_names_every_method(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "240")
+    r = invoke("distill", "--help")
+    assert r.exit_code == 0
+    text = " ".join(r.output.split())
+    for spelling in (
+        "pkd, tinybert, alp, distilbert", "minilm", "--early-exit", "FastBERT", "mate (MATE-KD",
+        "--generator", "mobilebert", "mixup (MixKD)", "minimax", "annealing",
+    ):  # fmt: skip
+        assert spelling in text, spelling

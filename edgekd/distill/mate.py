@@ -1,7 +1,7 @@
 """MATE-KD (Rashid et al. 2021, "MATE-KD: Masked Adversarial TExt, a Companion to
 Knowledge Distillation", arXiv:2105.05912).
 
-A masked-LM generator G rewrites a share (`mask`, the paper's 30%) of each text's
+A masked-LM generator G rewrites a share (`mask`, 30% by default) of each text's
 tokens: those positions are masked, G predicts a distribution over its vocabulary at
 each, and a straight-through Gumbel-softmax draws one token (one-hot forward, the
 soft distribution's gradient backward), so x' stays discrete text yet G can learn
@@ -22,7 +22,7 @@ Which generator: any masked LM that reads the teacher's vocabulary (same tokens,
 ids), because x' is written in its vocabulary and fed to the teacher as such: for a
 BERT-uncased-family teacher (the all-MiniLM-L6-v2 teacher included)
 `distilbert-base-uncased` or `google/bert_uncased_L-4_H-256_A-4` (smaller, faster
-max steps); for RoBERTa teachers `distilroberta-base` (the paper's choice). A small
+max steps); for RoBERTa teachers `distilroberta-base`. A small
 one is best: the generator runs forward and backward on every max step, and its
 job is plausible edits, not a strong language model.
 """
@@ -45,7 +45,7 @@ class MateOptions(StrictModel):
         description="Masked-LM generator, HF id or folder, reading the teacher's vocabulary "
         "(`--generator`).",
     )
-    mask: float = Field(0.3, gt=0, le=1, description="Share of tokens rewritten (paper: 30%).")
+    mask: float = Field(0.3, gt=0, le=1, description="Share of each text's tokens rewritten.")
     tau: float = Field(1.0, gt=0, description="Gumbel-softmax temperature of the draw.")
     generator_lr: float = Field(1e-5, gt=0, description="Adam rate of the max step.")
     weight: float = Field(1.0, ge=0, description="Weight of the KD term on rewritten text.")
