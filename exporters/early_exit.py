@@ -101,7 +101,8 @@ class EarlyExitExporter(BertExporter):
             tensors = {k: torch.from_numpy(v) for k, v in inputs.items()}
             with torch.inference_mode():
                 final, hidden = model(**tensors, return_hidden=True)
-                every = uncertainty(torch.stack(model.layer_logits(hidden, final))).numpy()
+                every = model.layer_logits(hidden, final, tensors["attention_mask"])
+                every = uncertainty(torch.stack(every)).numpy()
             for threshold in THRESHOLDS:
                 got, got_layer = self.onnx_outputs(session, inputs, threshold)
                 with torch.inference_mode():
@@ -151,6 +152,7 @@ def piece_module(model: Any, m: int) -> Any:
         def decide(
             self,
             hidden: torch.Tensor,
+            tokens: torch.Tensor,
             threshold: torch.Tensor,
             logits: torch.Tensor,
             exit_layer: torch.Tensor,
@@ -160,7 +162,7 @@ def piece_module(model: Any, m: int) -> Any:
                 mine = self.classifier(self.pooler(hidden))
                 take = ~done  # the last layer answers every undecided row
             else:
-                mine = self.exit(hidden)
+                mine = self.exit(hidden, tokens)
                 take = ~done & (uncertainty(mine) < threshold)
             logits = torch.where(take.unsqueeze(-1), mine, logits)
             exit_layer = torch.where(take, torch.full_like(exit_layer, m), exit_layer)
@@ -175,15 +177,16 @@ def piece_module(model: Any, m: int) -> Any:
                 mask = (1.0 - attention_mask[:, None, None, :].to(hidden.dtype)) * torch.finfo(
                     hidden.dtype
                 ).min
+                tokens = attention_mask.to(hidden.dtype)  # 1 on real tokens: exits' means
                 batch = input_ids.shape[0]
                 logits = hidden.new_zeros(batch, model.num_labels)
                 exit_layer = torch.zeros_like(input_ids[:, 0])
                 done = torch.zeros_like(input_ids[:, 0], dtype=torch.bool)
             else:
-                hidden, mask, threshold, logits, exit_layer, done = args
+                hidden, mask, tokens, threshold, logits, exit_layer, done = args
             hidden = self.layer(hidden, attention_mask=mask)[0]
-            decided = self.decide(hidden, threshold, logits, exit_layer, done)
-            return (hidden, mask, *decided) if m == 1 else (hidden, *decided)
+            decided = self.decide(hidden, tokens, threshold, logits, exit_layer, done)
+            return (hidden, mask, tokens, *decided) if m == 1 else (hidden, *decided)
 
     return Piece().eval()
 
@@ -195,10 +198,11 @@ def names(m: int) -> tuple[list[str], list[str]]:
         return ["input_ids", "attention_mask", "token_type_ids", THRESHOLD], [
             "hidden1",
             "mask",
+            "tokens",
             *decided,
         ]
     before = [f"logits{m - 1}", f"exit{m - 1}", f"done{m - 1}"]
-    return [f"hidden{m - 1}", "mask", THRESHOLD, *before], [f"hidden{m}", *decided]
+    return [f"hidden{m - 1}", "mask", "tokens", THRESHOLD, *before], [f"hidden{m}", *decided]
 
 
 def export_piece(model: Any, m: int, path: Path, dummy: dict[str, np.ndarray]) -> Any:
@@ -223,29 +227,23 @@ def export_piece(model: Any, m: int, path: Path, dummy: dict[str, np.ndarray]) -
         example = (
             torch.randn(batch, seq, hidden),
             torch.zeros(batch, 1, 1, seq),
+            torch.ones(batch, seq),
             torch.tensor(0.5),
             torch.zeros(batch, model.num_labels),
             torch.zeros(batch, dtype=torch.int64),
             torch.zeros(batch, dtype=torch.bool),
         )
+    # Batch and sequence stay dynamic on every value that has them.
+    sequence_axis = {"mask": 3, "tokens": 1, "input_ids": 1, "attention_mask": 1}
+    sequence_axis["token_type_ids"] = 1
     dynamic: dict[str, dict[int, str]] = {}
-    for name, value in zip(ins, example, strict=True):
-        if value.dim() == 0:
-            continue
+    for name in [*ins, *outs]:
+        if name in (THRESHOLD,) or name.startswith("all"):
+            continue  # scalars
         dims = {0: "batch"}
-        if name in ("input_ids", "attention_mask", "token_type_ids") or name.startswith("hidden"):
-            dims[1] = "sequence"
-        if name == "mask":
-            dims[3] = "sequence"
-        dynamic[name] = dims
-    for name in outs:
-        if name.startswith("all"):
-            continue
-        dims = {0: "batch"}
-        if name.startswith("hidden"):
-            dims[1] = "sequence"
-        if name == "mask":
-            dims[3] = "sequence"
+        axis = 1 if name.startswith("hidden") else sequence_axis.get(name)
+        if axis is not None:
+            dims[axis] = "sequence"
         dynamic[name] = dims
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.simplefilter("ignore")
@@ -360,7 +358,8 @@ def layer_outputs(model: Any, tok: Any, texts: list[Any]) -> tuple[np.ndarray, n
         for idx in length_sorted_batches([tok.length(x) for x in ids], 64):
             enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in idx]).items()}
             final, hidden = model(**enc, return_hidden=True)
-            logits[:, idx] = torch.stack(model.layer_logits(hidden, final)).numpy()
+            every = model.layer_logits(hidden, final, enc["attention_mask"])
+            logits[:, idx] = torch.stack(every).numpy()
     return logits, uncertainty(torch.from_numpy(logits)).numpy()
 
 

@@ -380,7 +380,7 @@ def exit_self_distillation(model: Any, features: Any) -> torch.Tensor:
 
     hidden = tuple(h.detach() for h in features.hidden)
     final = features.logits.detach()
-    *branches, _ = model.layer_logits(hidden, final)
+    *branches, _ = model.layer_logits(hidden, final, features.mask)
     log_final = F.log_softmax(final, dim=-1)
     loss = final.new_zeros(())
     for logits in branches:

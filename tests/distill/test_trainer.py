@@ -73,7 +73,7 @@ def test_exit_self_distillation_matches_hand_computation():
     from edgekd.distill.trainer import exit_self_distillation
 
     class TwoExits:
-        def layer_logits(self, hidden, final):
+        def layer_logits(self, hidden, final, mask):
             return [torch.zeros(1, 2), torch.tensor([[0.0, 3.0]]), final]
 
     final = torch.tensor([[0.0, math.log(3)]])  # q = (¼, ¾)
