@@ -21,7 +21,19 @@ def distill_argv(teacher: Path, data: Path, out: Path, epochs: int = 6) -> list[
         "--data", str(data), "--out", str(out), "--epochs", str(epochs), "--patience", "99",
         "-s", "student.options.embedding_dim=16", "-s", "student.options.hidden_size=8",
         "-s", "student.options.mlp_size=16",
+        # No clock in the plan: a time budget sizes the transfer set and the epochs from
+        # measured rates, which a loaded machine changes between the two runs.
+        "--max-augmented", "4000", "-s", "time_budget=null",
     ]  # fmt: skip
+
+
+def one_core() -> None:
+    """Run a child on one core: the ThreadGovernor then never switches thread counts,
+    which it does by measured speed on a loaded machine (a CI runner, or a benchmark
+    beside the tests); some weight gradients sum in a thread-count-dependent order, so
+    two runs would then differ in the last bits and the test would read the load, not
+    the resume."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
 def sha256(path: Path) -> str:
@@ -41,12 +53,13 @@ def test_distill_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, tiny_tea
     env = {**os.environ, "EDGEKD_CACHE": str(tmp_path / "cache")}
     whole = tmp_path / "whole"
     subprocess.run(distill_argv(tiny_teacher, bigger_data, whole), env=env, check=True,
-                   capture_output=True)  # fmt: skip
+                   capture_output=True, preexec_fn=one_core)  # fmt: skip
 
     out = tmp_path / "s"
     proc = subprocess.Popen(
-        distill_argv(tiny_teacher, bigger_data, out), env=env, stderr=subprocess.PIPE, text=True
-    )
+        distill_argv(tiny_teacher, bigger_data, out), env=env, stderr=subprocess.PIPE, text=True,
+        preexec_fn=one_core,
+    )  # fmt: skip
     assert proc.stderr is not None
     for line in proc.stderr:  # epoch 2 done: the kill lands in epoch 3, mid-way
         if line.startswith("epoch 2:"):
@@ -58,8 +71,9 @@ def test_distill_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, tiny_tea
     assert (tmp_path / ".s.resume" / "state.json").is_file()
 
     again = subprocess.run(
-        distill_argv(tiny_teacher, bigger_data, out), env=env, capture_output=True, text=True
-    )
+        distill_argv(tiny_teacher, bigger_data, out), env=env, capture_output=True, text=True,
+        preexec_fn=one_core,
+    )  # fmt: skip
     assert again.returncode == 0, again.stderr
     resumed = [x for x in again.stderr.splitlines() if x.startswith("resuming from epoch")]
     assert resumed and resumed[0].split()[3] in ("2", "3"), again.stderr
@@ -110,15 +124,8 @@ def test_teacher_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, bigger_d
             "--batch-size", "64", "--max-length", "16", "--max-train", "1500",
         ]  # fmt: skip
 
-    # One core each: the ThreadGovernor then never switches counts. On 2 cores it
-    # switches by measured speed (a loaded CI runner), and BERT's weight gradients
-    # sum in a thread-count-dependent order (~1e-7 apart after 30 steps on 1 vs 2
-    # threads), so this test would read the load, not the resume.
-    core = min(os.sched_getaffinity(0))
-
-    def one_core() -> None:
-        os.sched_setaffinity(0, {core})
-
+    # One core each (`one_core`): BERT's weight gradients sum in a thread-count-dependent
+    # order (~1e-7 apart after 30 steps on 1 vs 2 threads).
     whole = tmp_path / "whole"
     subprocess.run(argv(whole), check=True, capture_output=True, preexec_fn=one_core)
     out = tmp_path / "t"
