@@ -157,61 +157,69 @@ def generator_for(task: str, teacher: str, data: Path, steps: int = 400) -> str:
 
 
 def run_one(
-    task: str, name: str, fields: dict[str, Any], seed: int, shared: Path, tag: str = ""
+    task: str, name: str, fields: dict[str, Any], seed: int, shared: Path
 ) -> dict[str, Any]:
-    from edgekd.config import DataConfig, DistillConfig, ExportConfig
+    from edgekd.config import DataConfig, DistillConfig
     from edgekd.stages.distill import distill
-    from edgekd.stages.export import export
 
-    out = RUNS / task / f"{tag}{name.replace(' ', '_')}-s{seed}"
+    out = RUNS / task / f"{name.replace(' ', '_')}-s{seed}"
     done = out / "bench.json"
-    if done.is_file():
-        return with_exit_sweep(json.loads(done.read_text()), out)
-    teacher, data = task_paths(task, shared)
-    fields = json.loads(json.dumps(fields))  # a deep copy to fill in
-    for method in fields.get("augment", {}).get("methods", []):
-        if isinstance(method, dict) and method["name"] == "mate":
-            method["options"]["generator"] = generator_for(task, teacher, data)
-    cfg = DistillConfig.model_validate(
-        {
-            "teacher": teacher,
-            **SCHEDULES[SCHEDULE],
-            **fields,
-            "data": DataConfig(spec=str(data), max_train=ROWS, seed=0),
-            "seed": seed,
-        }
-    )
-    start = time.perf_counter()
-    metrics = distill(cfg, out / "student", overwrite=True).model_dump()
-    metrics["wall_seconds"] = time.perf_counter() - start
-    metrics["dev_mcc"] = dev_mcc(out / "student", data)
-    if (cfg.student.options or {}).get("early_exit"):
-        report = export(ExportConfig(int8=False), out / "student", out / "export", overwrite=True)
-        ee = report.early_exit
-        assert ee is not None
-        (point,) = [p for p in ee.dev["fp32"] if p.threshold == ee.threshold]
-        metrics["exit"] = {
-            "threshold": ee.threshold,
-            "accuracy": point.accuracy,
-            "agreement": point.agreement,
-            "mean_exit_layer": point.mean_exit_layer,
-            "layers": ee.layers,
-        }
-    done.write_text(json.dumps(metrics, indent=1, default=str))
-    return with_exit_sweep(metrics, out)
-
-
-def with_exit_sweep(metrics: dict[str, Any], out: Path) -> dict[str, Any]:
-    """An early-exit run's metrics with every threshold's dev point (from export.json)."""
-    report = out / "export" / "export.json"
-    if "exit" in metrics and report.is_file():
-        early = json.loads(report.read_text())["early_exit"]
-        metrics["exit"]["sweep"] = early["dev"]["fp32"]
+    if not done.is_file():
+        teacher, data = task_paths(task, shared)
+        fields = json.loads(json.dumps(fields))  # a deep copy to fill in
+        for method in fields.get("augment", {}).get("methods", []):
+            if isinstance(method, dict) and method["name"] == "mate":
+                method["options"]["generator"] = generator_for(task, teacher, data)
+        cfg = DistillConfig.model_validate(
+            {
+                "teacher": teacher,
+                **SCHEDULES[SCHEDULE],
+                **fields,
+                "data": DataConfig(spec=str(data), max_train=ROWS, seed=0),
+                "seed": seed,
+            }
+        )
+        start = time.perf_counter()
+        metrics = distill(cfg, out / "student", overwrite=True).model_dump()
+        metrics["wall_seconds"] = time.perf_counter() - start
+        metrics["dev_mcc"] = dev_mcc(out / "student", data)
+        done.write_text(json.dumps(metrics, indent=1, default=str))
+    metrics = json.loads(done.read_text())
+    student = fields.get("student")  # a name, or {"name": ..., "options": {...}}
+    if isinstance(student, dict) and student.get("options", {}).get("early_exit"):
+        metrics["exit"] = exit_metrics(out)
     return metrics
 
 
-def dev_mcc(student: Path, data: Path) -> float:
-    """Matthews correlation of the student on dev (2 classes)."""
+def exit_metrics(out: Path) -> dict[str, Any]:
+    """An early-exit run's export, as `edgekd export` ships it: dev at the threshold it
+    chose, and every threshold's dev point. Kept apart from the distilled run so a change
+    to the threshold rule re-exports without retraining (delete `export/`)."""
+    from edgekd.artifacts import ExportReport
+    from edgekd.config import ExportConfig
+    from edgekd.stages.export import export
+
+    path = out / "export" / ExportReport.FILE
+    if path.is_file():
+        report = ExportReport.model_validate_json(path.read_text())
+    else:
+        report = export(ExportConfig(int8=False), out / "student", out / "export", overwrite=True)
+    ee = report.early_exit
+    assert ee is not None
+    (point,) = [p for p in ee.dev["fp32"] if p.threshold == ee.threshold]
+    return {
+        "threshold": ee.threshold,
+        "chosen_by": ee.chosen_by,
+        "accuracy": point.accuracy,
+        "agreement": point.agreement,
+        "mean_exit_layer": point.mean_exit_layer,
+        "layers": ee.layers,
+        "sweep": [p.model_dump() for p in ee.dev["fp32"]],
+    }
+
+
+def dev_predictions(student: Path, data: Path) -> tuple[Any, Any]:
+    """(gold labels, the student's labels) on the dev split, labels aligned."""
     import numpy as np
 
     from edgekd.config import DataConfig
@@ -220,8 +228,12 @@ def dev_mcc(student: Path, data: Path) -> float:
 
     predictor = StudentPredictor(student)
     task = align_labels(load_task(DataConfig(spec=str(data))), predictor.label_names)
-    pred = predictor.logits(task.dev.texts).argmax(1)
-    return mcc(np.array(task.dev.labels), pred)
+    return np.array(task.dev.labels), predictor.logits(task.dev.texts).argmax(1)
+
+
+def dev_mcc(student: Path, data: Path) -> float:
+    """Matthews correlation of the student on dev (2 classes)."""
+    return mcc(*dev_predictions(student, data))
 
 
 def mcc(gold: Any, pred: Any) -> float:
@@ -258,9 +270,7 @@ def study(task: str, shared: Path, seeds: list[int]) -> dict[str, Any]:
 def run_study(task: str, label: str, fields: dict[str, Any], seed: int, shared: Path) -> Any:
     """Logit KD under one schedule; the share of dev rows predicted as the majority class."""
     from edgekd.config import DataConfig, DistillConfig
-    from edgekd.data import align_labels, load_task
     from edgekd.stages.distill import distill
-    from edgekd.students.predict import StudentPredictor
 
     slug = label.replace(" ", "_").replace(",", "").replace("%", "pct")
     out = RUNS / task / f"study-{slug}-s{seed}"
@@ -277,10 +287,8 @@ def run_study(task: str, label: str, fields: dict[str, Any], seed: int, shared: 
         }
     )
     metrics = distill(cfg, out / "student", overwrite=True).model_dump()
-    predictor = StudentPredictor(out / "student")
-    dev = align_labels(load_task(DataConfig(spec=str(data))), predictor.label_names).dev
-    pred = predictor.logits(dev.texts).argmax(1)
-    majority = max(set(dev.labels), key=dev.labels.count)
+    gold, pred = dev_predictions(out / "student", data)
+    majority = max(set(gold.tolist()), key=gold.tolist().count)
     metrics["majority_share"] = float((pred == majority).mean())
     done.write_text(json.dumps(metrics, indent=1, default=str))
     return metrics

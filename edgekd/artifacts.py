@@ -223,6 +223,9 @@ class ExitPoint(Nested):
     threshold: float
     accuracy: float
     agreement: float = Field(..., description="Share of rows predicted as the full model does.")
+    agreement_low: float | None = Field(
+        None, description="Its Wilson 95% one-sided lower bound; the threshold rule reads this."
+    )
     mean_exit_layer: float = Field(..., description="Layers run per row on average (1..M).")
 
 

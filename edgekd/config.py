@@ -397,7 +397,8 @@ class ExportConfig(StrictModel):
         ge=0,
         le=1,
         description="Early exit, threshold unset: share of held-out rows that must keep the "
-        "full model's prediction (a budget's min_agreement, with --budget).",
+        "full model's prediction, at its 95% lower bound (a budget's min_agreement, with "
+        "--budget).",
     )
     exit_min_accuracy: float | None = Field(
         None,

@@ -58,8 +58,9 @@ def exit_threshold(
     cfg: ExportConfig, model: Any, tok: Any, student_dir: Path, task: Any
 ) -> dict[str, Any]:
     """An early-exit student's shipped threshold: the configured one, else the fastest
-    that keeps `exit_min_agreement` (and `exit_min_accuracy`) on the rows distill held
-    out to choose its epoch: dev, which `check` judges, chooses nothing."""
+    that keeps `exit_min_agreement` (at its 95% lower bound) and `exit_min_accuracy` on
+    the rows distill held out to choose its epoch: dev, which `check` judges, chooses
+    nothing."""
     from edgekd.data import carve_selection
     from edgekd.exporters.early_exit import (
         THRESHOLDS,
@@ -86,11 +87,13 @@ def exit_threshold(
         )
     logits, uncertain = layer_outputs(model, tok, select.texts)
     points = exit_points(logits, uncertain, np.array(select.labels), THRESHOLDS)
-    threshold, rule = choose_threshold(points, cfg.exit_min_agreement, cfg.exit_min_accuracy)
+    threshold, rule = choose_threshold(
+        points, len(select), cfg.exit_min_agreement, cfg.exit_min_accuracy
+    )
     return {
         **out,
         "threshold": threshold,
-        "chosen_by": f"{rule} ({len(select)} rows)",
+        "chosen_by": rule,
         "selection": points,
     }
 

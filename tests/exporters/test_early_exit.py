@@ -20,6 +20,8 @@ from edgekd.exporters.early_exit import (
     decide,
     exit_points,
     layer_outputs,
+    rows_to_show,
+    wilson_low,
 )
 from edgekd.students.bert import BertStudent
 
@@ -163,17 +165,41 @@ def test_early_exit_graph_quantizes_the_layers_inside_its_branches(student, tmp_
     assert after["MatMul"] < before["MatMul"] / 2  # the nested layers are int8 too
 
 
-def test_choose_threshold_takes_the_fastest_that_holds():
+def test_choose_threshold_takes_the_fastest_whose_bound_holds():
+    # The rule reads agreement_low, not agreement: 0.4 agrees 0.995 as seen but its bound
+    # is 0.985, so at 0.99 the slower 0.2 ships.
     points = [
-        {"threshold": 0.0, "accuracy": 0.90, "agreement": 1.00, "mean_exit_layer": 3.0},
-        {"threshold": 0.2, "accuracy": 0.90, "agreement": 0.995, "mean_exit_layer": 2.1},
-        {"threshold": 0.4, "accuracy": 0.88, "agreement": 0.98, "mean_exit_layer": 1.5},
-    ]
-    assert choose_threshold(points, 0.99, None)[0] == 0.2
-    assert choose_threshold(points, 0.95, None)[0] == 0.4
-    assert choose_threshold(points, 0.95, 0.89)[0] == 0.2
-    threshold, rule = choose_threshold(points, 1.01, None)
-    assert threshold == 0.0 and "every layer runs" in rule
+        {"threshold": 0.0, "accuracy": 0.90, "agreement": 1.0, "agreement_low": 0.996,
+         "mean_exit_layer": 3.0},
+        {"threshold": 0.2, "accuracy": 0.90, "agreement": 1.0, "agreement_low": 0.995,
+         "mean_exit_layer": 2.1},
+        {"threshold": 0.4, "accuracy": 0.88, "agreement": 0.995, "agreement_low": 0.985,
+         "mean_exit_layer": 1.5},
+    ]  # fmt: skip
+    assert choose_threshold(points, 1000, 0.99, None)[0] == 0.2
+    assert choose_threshold(points, 1000, 0.98, None)[0] == 0.4
+    assert choose_threshold(points, 1000, 0.98, 0.89)[0] == 0.2
+    threshold, rule = choose_threshold(points, 1000, 0.997, None)  # 899 rows show 0.997
+    assert threshold == 0.0 and "every layer runs" in rule and "raise" not in rule
+
+
+def test_choose_threshold_says_how_many_rows_when_too_few_to_show_agreement():
+    point = {"threshold": 0.3, "accuracy": 0.9, "agreement": 1.0, "mean_exit_layer": 1.2}
+    point["agreement_low"] = wilson_low(200, 200)  # 200 / 202.7 = 0.987
+    threshold, rule = choose_threshold([point], 200, 0.99, None)
+    assert threshold == 0.0 and "≥ 268 rows" in rule  # 2.706 × 0.99 / 0.01 = 267.9
+
+
+def test_wilson_low_matches_hand_values():
+    assert wilson_low(0, 0) == 0.0
+    # Perfect scores: n / (n + z²), z² = 1.6449² = 2.7057.
+    assert wilson_low(200, 200) == pytest.approx(200 / 202.7057, abs=1e-6)
+    assert wilson_low(500, 500) == pytest.approx(500 / 502.7057, abs=1e-6)
+    # 99 of 100: centre 0.99 + 2.7057/200 = 1.0035285; spread 1.6449 × √(0.0099/100 +
+    # 2.7057/40000) = 1.6449 × 0.0129090 = 0.0212340; (1.0035285 − 0.0212340) /
+    # (1 + 0.027057) = 0.956417.
+    assert wilson_low(99, 100) == pytest.approx(0.956417, abs=1e-5)
+    assert rows_to_show(0.99) == 268 and rows_to_show(0.95) == 52  # 2.7057 × 19 = 51.4
 
 
 def test_exit_points_follow_the_exit_rule_by_hand():
@@ -187,7 +213,13 @@ def test_exit_points_follow_the_exit_rule_by_hand():
     assert labels.tolist() == [1, 1, 0] and layers.tolist() == [1, 2, 2]
     gold = np.array([1, 1, 1])
     p0, p5 = exit_points(logits, uncertain, gold, (0.0, 0.5))
-    assert p0 == {"threshold": 0.0, "accuracy": 1 / 3, "agreement": 1.0, "mean_exit_layer": 2.0}
+    assert p0 == {
+        "threshold": 0.0,
+        "accuracy": 1 / 3,
+        "agreement": 1.0,
+        "agreement_low": pytest.approx(3 / (3 + 2.7057), abs=1e-5),  # n / (n + z²)
+        "mean_exit_layer": 2.0,
+    }
     assert p5["accuracy"] == pytest.approx(2 / 3) and p5["agreement"] == pytest.approx(2 / 3)
     assert p5["mean_exit_layer"] == pytest.approx(5 / 3)
 
