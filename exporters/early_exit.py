@@ -396,8 +396,9 @@ def point(
     }
 
 
-# One-sided 95% normal quantile: the bound a threshold's agreement must clear is wrong
-# (too high) for at most 1 export in 20.
+# One-sided 95% normal quantile: a threshold whose agreement on new rows is under the
+# target clears its bound about 1 time in 20 (per threshold; ten are tried, but their
+# row sets overlap, each exiting a subset of the next one's exits).
 Z95 = 1.6449
 
 
