@@ -224,22 +224,23 @@ def exit_metrics(out: Path) -> dict[str, Any]:
     }
 
 
-def dev_predictions(student: Path, data: Path) -> tuple[Any, Any]:
-    """(gold labels, the student's labels) on the dev split, labels aligned."""
+def dev_predictions(model: str | Path, data: Path) -> tuple[Any, Any]:
+    """(gold labels, the model's labels) on the dev split, labels aligned; `model` is a
+    student folder or a teacher."""
     import numpy as np
 
     from edgekd.config import DataConfig
     from edgekd.data import align_labels, load_task
-    from edgekd.students.predict import StudentPredictor
+    from edgekd.distill.teacher import load_predictor
 
-    predictor = StudentPredictor(student)
+    predictor = load_predictor(model)
     task = align_labels(load_task(DataConfig(spec=str(data))), predictor.label_names)
     return np.array(task.dev.labels), predictor.logits(task.dev.texts).argmax(1)
 
 
-def dev_mcc(student: Path, data: Path) -> float:
-    """Matthews correlation of the student on dev (2 classes)."""
-    return mcc(*dev_predictions(student, data))
+def dev_mcc(model: str | Path, data: Path) -> float:
+    """Matthews correlation on dev (2 classes)."""
+    return mcc(*dev_predictions(model, data))
 
 
 def mcc(gold: Any, pred: Any) -> float:
@@ -374,8 +375,9 @@ def markdown(task: str, table: dict, checks: list, meta: dict, first: dict | Non
         f"# Small-BERT distillation methods on {task.upper()} (dev, mean ± std over "
         f"{meta['seeds']} seeds)",
         "",
-        f"Teacher dev accuracy {t_acc:.4f}. {ROWS:,} training rows per run (seeded "
-        f"subsample), schedule {SCHEDULE}, batch 32. {meta['machine']}. The runs took "
+        f"Teacher dev accuracy {t_acc:.4f}, MCC {meta['teacher_mcc']:.3f}. {ROWS:,} "
+        f"training rows per run (seeded subsample), schedule {SCHEDULE}, batch 32. "
+        f"{meta['machine']}. The runs took "
         f"{meta['sweep_minutes']:.0f} min of distill in all (min/run: wall time, at times "
         "beside other work on the 2 cores; not a speed comparison).",
         "",
@@ -456,11 +458,13 @@ def main() -> None:
             )
     table = summarise(results)
     checks = orderings(table)
+    teacher, data = task_paths(args.task, args.shared)
     meta = {
         "task": args.task,
         "seeds": len(args.seeds),
-        "teacher": task_paths(args.task, args.shared)[0],
+        "teacher": teacher,
         "teacher_accuracy": next(iter(table.values()))["teacher_accuracy"],
+        "teacher_mcc": dev_mcc(teacher, data),
         "machine": f"{platform.processor() or platform.machine()}, torch CPU",
         # The runs' own wall time (a rerun reads finished runs from disk).
         "sweep_minutes": sum(r["wall_seconds"] for rs in results.values() for r in rs) / 60,
