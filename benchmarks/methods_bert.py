@@ -3,6 +3,7 @@
     python benchmarks/methods_bert.py --task sst2 [--shared ../shared] [--seeds 0 1 2]
     python benchmarks/methods_bert.py --task cola
     python benchmarks/methods_bert.py --task sst2 --study   # the first-epoch study only
+    python benchmarks/methods_bert.py --task cola --rows 0 --only KD   # every training row
 
 Every row is a 3-layer BERT student initialised from the teacher's first 3 layers
 (DistilBERT's from every other layer), trained on the same seeded subsample of the
@@ -26,8 +27,10 @@ reachable offline, so it is the packaged all-MiniLM-L6-v2 encoder under a masked
 head tied to its word embeddings, trained here as a masked LM for 400 steps on the
 task's training texts (`generator_for`).
 
-Finished runs are kept in runs/bench-methods-bert and skipped on a rerun. Writes
-benchmarks/results/methods_bert_{task}.json and .md.
+`--rows N` trains on N rows instead of 2,000 (0: all), without the study; its runs
+and results are kept apart (`{task}-rows{N}`). Finished runs are kept in
+runs/bench-methods-bert and skipped on a rerun. Writes
+benchmarks/results/methods_bert_{task}[-rowsN].json and .md.
 """
 
 from __future__ import annotations
@@ -162,13 +165,18 @@ def generator_for(task: str, teacher: str, data: Path, steps: int = 400) -> str:
     return str(out)
 
 
+def variant(task: str, rows: int) -> str:
+    """The name a run set is kept under: the task, and the rows when not the default."""
+    return task if rows == ROWS else f"{task}-rows{rows or 'all'}"
+
+
 def run_one(
-    task: str, name: str, fields: dict[str, Any], seed: int, shared: Path
+    task: str, name: str, fields: dict[str, Any], seed: int, shared: Path, rows: int = ROWS
 ) -> dict[str, Any]:
     from edgekd.config import DataConfig, DistillConfig
     from edgekd.stages.distill import distill
 
-    out = RUNS / task / f"{name.replace(' ', '_')}-s{seed}"
+    out = RUNS / variant(task, rows) / f"{name.replace(' ', '_')}-s{seed}"
     done = out / "bench.json"
     if not done.is_file():
         teacher, data = task_paths(task, shared)
@@ -181,7 +189,7 @@ def run_one(
                 "teacher": teacher,
                 **SCHEDULES[SCHEDULE],
                 **fields,
-                "data": DataConfig(spec=str(data), max_train=ROWS, seed=0),
+                "data": DataConfig(spec=str(data), max_train=rows or None, seed=0),
                 "seed": seed,
             }
         )
@@ -371,12 +379,13 @@ def orderings(table: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 def markdown(task: str, table: dict, checks: list, meta: dict, first: dict | None) -> str:
     t_acc = meta["teacher_accuracy"]
+    rows = f"{meta['rows']:,}" if meta["rows"] else "All"
     lines = [
         f"# Small-BERT distillation methods on {task.upper()} (dev, mean ± std over "
         f"{meta['seeds']} seeds)",
         "",
-        f"Teacher dev accuracy {t_acc:.4f}, MCC {meta['teacher_mcc']:.3f}. {ROWS:,} "
-        f"training rows per run (seeded subsample), schedule {SCHEDULE}, batch 32. "
+        f"Teacher dev accuracy {t_acc:.4f}, MCC {meta['teacher_mcc']:.3f}. "
+        f"{rows} training rows per run (seeded subsample), schedule {SCHEDULE}, batch 32. "
         f"{meta['machine']}. The runs took "
         f"{meta['sweep_minutes']:.0f} min of distill in all (min/run: wall time, at times "
         "beside other work on the 2 cores; not a speed comparison).",
@@ -443,8 +452,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--only", nargs="*", help="Run only these method names.")
     parser.add_argument("--study", action="store_true", help="The first-epoch study only.")
+    parser.add_argument("--rows", type=int, default=ROWS, help="Training rows (0: all).")
     args = parser.parse_args()
-    first = study(args.task, args.shared, args.seeds[:2])
+    first = study(args.task, args.shared, args.seeds[:2]) if args.rows == ROWS else None
     if args.study:
         print(json.dumps(first, indent=1))
         return
@@ -454,7 +464,7 @@ def main() -> None:
         for name in names:
             print(f"== {args.task} {name} seed {seed}", flush=True)
             results.setdefault(name, []).append(
-                run_one(args.task, name, METHODS[name], seed, args.shared)
+                run_one(args.task, name, METHODS[name], seed, args.shared, args.rows)
             )
     table = summarise(results)
     checks = orderings(table)
@@ -468,18 +478,19 @@ def main() -> None:
         "machine": f"{platform.processor() or platform.machine()}, torch CPU",
         # The runs' own wall time (a rerun reads finished runs from disk).
         "sweep_minutes": sum(r["wall_seconds"] for rs in results.values() for r in rs) / 60,
-        "rows": ROWS,
+        "rows": args.rows,
         "schedule": {SCHEDULE: SCHEDULES[SCHEDULE]},
     }
     out = REPO / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"methods_bert_{args.task}.json").write_text(
+    name = variant(args.task, args.rows)
+    (out / f"methods_bert_{name}.json").write_text(
         json.dumps(
             {"meta": meta, "table": table, "orderings": checks, "first_epoch": first}, indent=1
         )
     )
     text = markdown(args.task, table, checks, meta, first)
-    (out / f"methods_bert_{args.task}.md").write_text(text)
+    (out / f"methods_bert_{name}.md").write_text(text)
     print(text)
 
 
