@@ -395,13 +395,14 @@ def orderings(table: dict[str, dict[str, Any]], metric: str) -> list[dict[str, A
 
 def markdown(task: str, table: dict, checks: list, meta: dict, first: dict | None) -> str:
     t_acc = meta["teacher_accuracy"]
-    rows = f"{meta['rows']:,}" if meta["rows"] else "All"
+    rows = f"{meta['rows']:,} training rows per run (seeded subsample)"
+    rows = rows if meta["rows"] else "Every training row in each run"
     lines = [
         f"# Small-BERT distillation methods on {task.upper()} (dev, mean ± std over "
         f"{meta['seeds']} seeds)",
         "",
         f"Teacher dev accuracy {t_acc:.4f}, MCC {meta['teacher_mcc']:.3f}. "
-        f"{rows} training rows per run (seeded subsample), schedule {SCHEDULE}, batch 32. "
+        f"{rows}, schedule {SCHEDULE}, batch 32. "
         f"{meta['machine']}. The runs took "
         f"{meta['sweep_minutes']:.0f} min of distill in all (min/run: wall time, at times "
         "beside other work on the 2 cores; not a speed comparison).",
