@@ -284,6 +284,8 @@ def study(task: str, shared: Path, seeds: list[int]) -> dict[str, Any]:
 
 def run_study(task: str, label: str, fields: dict[str, Any], seed: int, shared: Path) -> Any:
     """Logit KD under one schedule; the share of dev rows predicted as the majority class."""
+    import numpy as np
+
     from edgekd.config import DataConfig, DistillConfig
     from edgekd.stages.distill import distill
 
@@ -303,7 +305,7 @@ def run_study(task: str, label: str, fields: dict[str, Any], seed: int, shared: 
     )
     metrics = distill(cfg, out / "student", overwrite=True).model_dump()
     gold, pred = dev_predictions(out / "student", data)
-    majority = max(set(gold.tolist()), key=gold.tolist().count)
+    majority = np.bincount(gold).argmax()  # the dev label most rows carry
     metrics["majority_share"] = float((pred == majority).mean())
     done.write_text(json.dumps(metrics, indent=1, default=str))
     return metrics

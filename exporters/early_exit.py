@@ -234,11 +234,11 @@ def export_piece(model: Any, m: int, path: Path, dummy: dict[str, np.ndarray]) -
             torch.zeros(batch, dtype=torch.bool),
         )
     # Batch and sequence stay dynamic on every value that has them.
-    sequence_axis = {"mask": 3, "tokens": 1, "input_ids": 1, "attention_mask": 1}
-    sequence_axis["token_type_ids"] = 1
+    sequence_axis = {"mask": 3, "tokens": 1}
+    sequence_axis |= dict.fromkeys(("input_ids", "attention_mask", "token_type_ids"), 1)
     dynamic: dict[str, dict[int, str]] = {}
     for name in [*ins, *outs]:
-        if name in (THRESHOLD,) or name.startswith("all"):
+        if name == THRESHOLD or name.startswith("all"):
             continue  # scalars
         dims = {0: "batch"}
         axis = 1 if name.startswith("hidden") else sequence_axis.get(name)
