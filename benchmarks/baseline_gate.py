@@ -17,6 +17,7 @@ A false alarm is an identical pair that fails (any metric). The table gives the
 rate with its Clopper-Pearson 95% interval, the median change and interval width.
 
 Writes benchmarks/results/baseline_gate.json and baseline_gate.md.
+EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
 """
 
 from __future__ import annotations
@@ -32,8 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import smoke  # benchmarks/ is on the path of its own scripts
+
 REPO = Path(__file__).resolve().parents[1]
-WORK = REPO / "runs" / "bench-baseline"
+WORK = smoke.runs_dir(REPO / "runs" / "bench-baseline")
+DEFAULT_STUDENT = smoke.runs_dir(REPO / "runs" / "bench-default") / "sst2-seed0" / "student"
 
 
 def spin(stop: Any) -> None:
@@ -48,7 +52,8 @@ def one_check(now: Path, base: Path, processes: int) -> dict[str, Any]:
     from edgekd.config import ProfileConfig
     from edgekd.stages.check import check
 
-    timing = ProfileConfig(runs=400, trials=10, processes=processes, seq_lens=[64])
+    runs, trials = smoke.at_most(400, smoke.RUNS), smoke.at_most(10, smoke.TRIALS)
+    timing = ProfileConfig(runs=runs, trials=trials, processes=processes, seq_lens=[64])
     t = time.perf_counter()
     result = check(None, [now], baseline=base, timing=timing)
     seconds = time.perf_counter() - t
@@ -140,10 +145,11 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--student", type=Path, default=REPO / "runs/bench-default/sst2-seed0/student")
+    p.add_argument("--student", type=Path, default=DEFAULT_STUDENT)
     p.add_argument("--repeats", type=int, default=40)
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = p.parse_args()
+    args.repeats = smoke.at_most(args.repeats, smoke.REPEATS)
 
     from edgekd.artifacts import ExportReport
     from edgekd.config import ExportConfig
@@ -171,15 +177,17 @@ def main() -> None:
         r = report.model_copy(update={"models": {keep: report.models[keep]}})  # type: ignore[dict-item]
         r.write(folder)
     n = args.repeats
+    real = smoke.at_most(max(5, n // 4), smoke.REPEATS)  # checks of a real change
     plan = [
         ("identical", same, base, n, 3, False),
         ("identical", same, base, n, 1, False),
         ("identical", same, base, n, 3, True),
-        ("fp32 now, int8 baseline", fp32_only, int8_only, max(5, n // 4), 3, False),
-        ("int8 now, fp32 baseline", int8_only, fp32_only, max(5, n // 4), 3, False),
+        ("fp32 now, int8 baseline", fp32_only, int8_only, real, 3, False),
+        ("int8 now, fp32 baseline", int8_only, fp32_only, real, 3, False),
     ]
     result: dict[str, Any] = {
         "command": f"python benchmarks/baseline_gate.py --repeats {n}",
+        "smoke": smoke.SMOKE,
         "cpu": cpu_model(),
         "machine": platform.machine(),
         "revision": revision(),
@@ -196,8 +204,8 @@ def main() -> None:
         result["summary"].append(summarize(c))
         # Written after every condition: an interrupted run keeps what it measured.
         (args.out / "baseline_gate.json").write_text(json.dumps(result, indent=2) + "\n")
-        (args.out / "baseline_gate.md").write_text(markdown(result))
-    print(markdown(result))
+        (args.out / "baseline_gate.md").write_text(smoke.markdown(markdown(result)))
+    print(smoke.markdown(markdown(result)))
 
 
 if __name__ == "__main__":

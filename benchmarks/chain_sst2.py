@@ -11,6 +11,7 @@ a fresh process), and reports the median over rounds of each round's median,
 next to an onnxruntime floor: an identity graph fed the same input.
 
 Writes benchmarks/results/chain_sst2.json and chain_sst2.md.
+EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import smoke  # benchmarks/ is on the path of its own scripts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -94,15 +96,21 @@ def timed_rounds(
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shared", type=Path, default=REPO.parent / "shared")
-    p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-chain")
+    p.add_argument("--work", type=Path, default=smoke.runs_dir(REPO / "runs" / "bench-chain"))
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--max-train", type=int, default=None)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--runs", type=int, default=300)
-    p.add_argument("--vocabs", default="word,wordpiece")
+    # Smoke: the word student alone (the vocabularies differ in a field; export_sst2.py
+    # reads the word one).
+    p.add_argument("--vocabs", default=smoke.pick("word,wordpiece", "word"))
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
+    args.epochs = smoke.at_most(args.epochs, 1)
+    args.max_train = smoke.rows(args.max_train)
+    args.rounds = smoke.at_most(args.rounds, smoke.REPEATS)
+    args.runs = smoke.at_most(args.runs, smoke.RUNS)
 
     from edgekd.artifacts import MODEL_FILES
     from edgekd.config import DataConfig, DistillConfig, ExportConfig
@@ -180,6 +188,7 @@ def main() -> None:
         rows.append(row)
     result = {
         "benchmark": "chain_sst2",
+        "smoke": smoke.SMOKE,
         "command": "python benchmarks/chain_sst2.py "
         + " ".join(
             f"--{k.replace('_', '-')} {v}"
@@ -210,8 +219,8 @@ def main() -> None:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "chain_sst2.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "chain_sst2.md").write_text(markdown(result))
-    print(markdown(result))
+    (args.out / "chain_sst2.md").write_text(smoke.markdown(markdown(result)))
+    print(smoke.markdown(markdown(result)))
 
 
 def markdown(r: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ training rates quiet and under a concurrent CPU load (benchmarks/labelling_load.
 run as part of this one). Medians over seeds.
 
 Writes benchmarks/results/distill_default.json and distill_default.md.
+EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
 """
 
 from __future__ import annotations
@@ -42,8 +43,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import smoke  # benchmarks/ is on the path of its own scripts
+
 REPO = Path(__file__).resolve().parents[1]
-RUNS = REPO / "runs" / "bench-default"
+RUNS = smoke.runs_dir(REPO / "runs" / "bench-default")
+# Smoke: what a command trains on (the README's commands run whole otherwise).
+SMALL = ["--max-train", str(smoke.ROWS), "--epochs", "1"] if smoke.SMOKE else []
+# (n_iter, its label) of the growth section; under smoke one size (each takes one path).
+GROWTH = smoke.pick(((1, "1×"), (5, "5×"), (20, "20×"), (50, "50×")), ((1, "1×"),))
 
 
 def revision() -> str:
@@ -108,7 +115,10 @@ def teacher_scores(teacher: Path, data: Path) -> tuple[dict[str, float], list[st
 def cola_teacher(shared: Path, env: dict[str, str]) -> Path:
     out = RUNS / "cola-teacher"
     if not (out / "metrics.json").is_file():
-        run(edgekd("teacher", "--data", str(shared / "data" / "cola"), "--out", str(out)), env)
+        run(
+            edgekd("teacher", "--data", str(shared / "data" / "cola"), "--out", str(out), *SMALL),
+            env,
+        )
     return out
 
 
@@ -139,6 +149,7 @@ def one_run(task: str, teacher: Path, data: Path, seed: int, env: dict[str, str]
                 str(s),
                 "--seed",
                 str(seed),
+                *SMALL,
             ),
             env,
         ),
@@ -176,15 +187,15 @@ def one_run(task: str, teacher: Path, data: Path, seed: int, env: dict[str, str]
 
 def growth(shared: Path, env: dict[str, str]) -> list[dict]:
     """4,000 SST-2 rows, tang over every row with n_iter 1 / 5 / 20 / 50, one epoch."""
-    rows = []
-    for n_iter, factor in ((1, "1×"), (5, "5×"), (20, "20×"), (50, "50×")):
+    rows, train = [], str(smoke.at_most(4000, smoke.ROWS))
+    for n_iter, factor in GROWTH:
         cache = Path(tempfile.mkdtemp(prefix="edgekd-cold-"))
         out = RUNS / f"growth-{n_iter}"
         shutil.rmtree(out, ignore_errors=True)
         cost = run(
             edgekd("distill", "--teacher", str(shared / "models" / "sst2-minilm-teacher"),
                    "--data", str(shared / "data" / "sst2"), "--out", str(out),
-                   "--max-train", "4000", "--augment", "tang", "--n-iter", str(n_iter),
+                   "--max-train", train, "--augment", "tang", "--n-iter", str(n_iter),
                    "-s", "augment.sources=all", "--epochs", "1",
                    "-s", "teacher_runtime=onnx-int8"),
             {**env, "EDGEKD_CACHE": str(cache)},
@@ -207,6 +218,7 @@ def main() -> None:
     p.add_argument("--no-growth", action="store_true")
     p.add_argument("--no-load", action="store_true")
     args = p.parse_args()
+    args.seeds = args.seeds[: smoke.at_most(len(args.seeds), smoke.REPEATS)]
     shared = args.shared.resolve()
     env = dict(os.environ)
     RUNS.mkdir(parents=True, exist_ok=True)
@@ -241,10 +253,14 @@ def main() -> None:
             },
         }
     # Sections not measured in this run (other tasks, --no-growth, --no-load) keep their
-    # last measured values, each stamped with the revision that measured it.
+    # last measured values, each stamped with the revision that measured it; a smoke
+    # run's are no measurement, and a smoke run keeps none.
     previous_path = REPO / "benchmarks" / "results" / "distill_default.json"
     previous = json.loads(previous_path.read_text()) if previous_path.is_file() else {}
+    if smoke.SMOKE or previous.get("smoke"):
+        previous = {}
     result: dict[str, Any] = {
+        "smoke": smoke.SMOKE,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "tasks": {**previous.get("tasks", {}), **tasks},
     }
@@ -313,7 +329,7 @@ def write(result: dict[str, Any]) -> None:
             "benchmarks/results/labelling_load.md (run as part of this benchmark; "
             f"revision {result['load']['revision']}).",
         ]
-    (out / "distill_default.md").write_text("\n".join(lines) + "\n")
+    (out / "distill_default.md").write_text(smoke.markdown("\n".join(lines) + "\n"))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ run (3 processes), alternating trials, each call one dev text (cycling through a
 onnxruntime alone for model.e2e.onnx. 1 thread, batch 1.
 
 Writes benchmarks/results/e2e_sst2.json and e2e_sst2.md.
+EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
 """
 
 from __future__ import annotations
@@ -23,17 +24,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import smoke  # benchmarks/ is on the path of its own scripts
+
 REPO = Path(__file__).resolve().parents[1]
-WORK = REPO / "runs" / "bench-e2e"
+WORK = smoke.runs_dir(REPO / "runs" / "bench-e2e")
+DEFAULT_STUDENT = smoke.runs_dir(REPO / "runs" / "bench-default") / "sst2-seed0" / "student"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--student", type=Path, default=REPO / "runs/bench-default/sst2-seed0/student")
+    p.add_argument("--student", type=Path, default=DEFAULT_STUDENT)
     p.add_argument("--runs", type=int, default=400)
     p.add_argument("--trials", type=int, default=10)
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = p.parse_args()
+    args.runs = smoke.at_most(args.runs, smoke.RUNS)
+    args.trials = smoke.at_most(args.trials, smoke.TRIALS)
 
     from edgekd.artifacts import E2E_MODEL, MODEL_FILES, ExportReport
     from edgekd.config import ExportConfig
@@ -57,6 +63,7 @@ def main() -> None:
     vs = r["vs"]
     result: dict[str, Any] = {
         "command": f"python benchmarks/e2e_sst2.py --runs {args.runs} --trials {args.trials}",
+        "smoke": smoke.SMOKE,
         "cpu": cpu_model(),
         "machine": platform.machine(),
         "revision": revision(),
@@ -86,8 +93,8 @@ def main() -> None:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "e2e_sst2.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "e2e_sst2.md").write_text(markdown(result))
-    print(markdown(result))
+    (args.out / "e2e_sst2.md").write_text(smoke.markdown(markdown(result)))
+    print(smoke.markdown(markdown(result)))
 
 
 def markdown(r: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ first call can run (session creation; program + method load), median of 10.
 Accuracy and agreement with PyTorch are the export's, on all 872 dev rows.
 
 Writes benchmarks/results/executorch_sst2.json and executorch_sst2.md.
+EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
 """
 
 from __future__ import annotations
@@ -28,17 +29,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+import smoke  # benchmarks/ is on the path of its own scripts
+
 REPO = Path(__file__).resolve().parents[1]
-WORK = REPO / "runs" / "bench-executorch"
+WORK = smoke.runs_dir(REPO / "runs" / "bench-executorch")
+DEFAULT_STUDENT = smoke.runs_dir(REPO / "runs" / "bench-default") / "sst2-seed0" / "student"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--student", type=Path, default=REPO / "runs/bench-default/sst2-seed0/student")
+    p.add_argument("--student", type=Path, default=DEFAULT_STUDENT)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--runs", type=int, default=200)
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = p.parse_args()
+    args.rounds = smoke.at_most(args.rounds, smoke.REPEATS)
+    args.runs = smoke.at_most(args.runs, smoke.RUNS)
 
     import numpy as np
     import onnxruntime as ort
@@ -92,7 +98,7 @@ def main() -> None:
 
     def load_ms(open_fn: Any, path: Path) -> float:
         times = []
-        for _ in range(10):
+        for _ in range(smoke.at_most(10, smoke.REPEATS)):
             t = time.perf_counter()
             open_fn(path)
             times.append((time.perf_counter() - t) * 1000)
@@ -119,7 +125,7 @@ def main() -> None:
     timing: dict[str, dict[str, list[float]]] = {n: {"p50": [], "ratio": []} for n in calls}
     for _ in range(args.rounds):
         for name, fn in calls.items():
-            out = alternate(calls[base], fn, args.runs, 20, 5, seed=0)
+            out = alternate(calls[base], fn, args.runs, 20, smoke.at_most(5, smoke.TRIALS), seed=0)
             timing[name]["p50"].append(out["b"]["p50_ms"])
             timing[name]["ratio"].append(out["ratio_b_over_a"])
 
@@ -150,6 +156,7 @@ def main() -> None:
     result = {
         "command": "python benchmarks/executorch_sst2.py "
         f"--rounds {args.rounds} --runs {args.runs}",
+        "smoke": smoke.SMOKE,
         "cpu": cpu_model(),
         "machine": platform.machine(),
         "revision": revision(),
@@ -160,8 +167,8 @@ def main() -> None:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "executorch_sst2.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "executorch_sst2.md").write_text(markdown(result))
-    print(markdown(result))
+    (args.out / "executorch_sst2.md").write_text(smoke.markdown(markdown(result)))
+    print(smoke.markdown(markdown(result)))
 
 
 def markdown(result: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ on an input of the median dev length, with 1 and 2 threads; the table shows the
 median over rounds of each round's p50 and p90. Accuracy is on all 872 dev rows.
 
 Writes benchmarks/results/export_sst2.json and export_sst2.md.
+EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
 """
 
 from __future__ import annotations
@@ -28,9 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import smoke  # benchmarks/ is on the path of its own scripts
+
 REPO = Path(__file__).resolve().parents[1]
-WORK = REPO / "runs" / "bench-export"
-PRESETS = ("avx2", "avx512_vnni", "arm64")
+WORK = smoke.runs_dir(REPO / "runs" / "bench-export")
+CHAIN = smoke.runs_dir(REPO / "runs" / "bench-chain")
+# Smoke: one preset (the presets differ only in a field), both modes.
+PRESETS = smoke.pick(("avx2", "avx512_vnni", "arm64"), ("avx2",))
 
 
 def timings(paths: dict[str, Path], texts: list[Any], threads: int, rounds: int, runs: int) -> dict:
@@ -94,8 +99,9 @@ def ensure_student(path: Path, fields: dict[str, Any], shared: Path, rows: int |
         cfg = DistillConfig.model_validate(
             {
                 "teacher": str(shared / "models" / "sst2-minilm-teacher"),
-                "data": DataConfig(spec=str(shared / "data" / "sst2"), max_train=rows),
+                "data": DataConfig(spec=str(shared / "data" / "sst2"), max_train=smoke.rows(rows)),
                 **fields,
+                **({"epochs": 1} if smoke.SMOKE else {}),
             }
         )
         run_distill(cfg, path)
@@ -105,12 +111,15 @@ def ensure_student(path: Path, fields: dict[str, Any], shared: Path, rows: int |
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shared", type=Path, default=REPO.parent / "shared")
-    p.add_argument("--bilstm", type=Path, default=REPO / "runs" / "bench-chain" / "student-word")
-    p.add_argument("--bert", type=Path, default=REPO / "runs" / "bench-methods" / "bert3_KD-s0")
+    p.add_argument("--bilstm", type=Path, default=CHAIN / "student-word")
+    methods = smoke.runs_dir(REPO / "runs" / "bench-methods")
+    p.add_argument("--bert", type=Path, default=methods / "bert3_KD-s0")
     p.add_argument("--size-variants", action="store_true")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--runs", type=int, default=100)
     args = p.parse_args()
+    args.rounds = smoke.at_most(args.rounds, smoke.REPEATS)
+    args.runs = smoke.at_most(args.runs, smoke.RUNS)
 
     from edgekd.config import DataConfig
     from edgekd.data import align_labels, load_task
@@ -186,7 +195,7 @@ def main() -> None:
             sizes[name] = variants_dynamic(folder, WORK / "size" / name.replace(" ", "_"), data)
         # The shipping question: each small int8 student against the teacher's fp32 ONNX,
         # timed side by side (each on the median dev text in its own tokens).
-        teacher = REPO / "runs" / "bench-chain" / "teacher-onnx" / "model.onnx"
+        teacher = CHAIN / "teacher-onnx" / "model.onnx"
         if not teacher.is_file():
             from edgekd.exporters.teacher import export_teacher
 
@@ -206,14 +215,15 @@ def main() -> None:
         "command": "python benchmarks/export_sst2.py"
         + (" --size-variants" if args.size_variants else ""),
         "cpu": platform.processor() or platform.machine(),
+        "smoke": smoke.SMOKE,
         "minutes": (time.perf_counter() - start) / 60,
     }
     out = REPO / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     payload = {"meta": meta, "students": results, "size_variants": sizes}
     (out / "export_sst2.json").write_text(json.dumps(payload, indent=1, default=str))
-    (out / "export_sst2.md").write_text(markdown(payload))
-    print(markdown(payload))
+    (out / "export_sst2.md").write_text(smoke.markdown(markdown(payload)))
+    print(smoke.markdown(markdown(payload)))
 
 
 def variants_dynamic(student: Path, out: Path, data: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ side in one run; each is the median of `--repeats` timed windows.
   proportion (≥ 1/3 is the bar; a fair share of 2 cores is 1/2).
 
 Writes benchmarks/results/labelling_load.{json,md}.
+EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work, rows marked "smoke" (smoke.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import smoke
 from distill_default import revision  # benchmarks/ is on the path of its own scripts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,6 +45,11 @@ LIBGOMP_DEFAULT = "300000"
 # (GOMP_SPINCOUNT, threads; 0 = edgekd's ThreadGovernor) for the training rows.
 SECTIONS = ("label", "train", "finetune")
 TRAIN_SETTINGS = [(LIBGOMP_DEFAULT, 2), ("30000", 2), (LIBGOMP_DEFAULT, 1), (LIBGOMP_DEFAULT, 0)]
+# Smoke: fixed threads against the governor, one batch size, the same for fine-tuning;
+# every labeller (each its own path) and both loads stay.
+TRAIN_SETTINGS = smoke.pick(TRAIN_SETTINGS, [(LIBGOMP_DEFAULT, 2), (LIBGOMP_DEFAULT, 0)])
+BATCHES = smoke.pick((50, 256), (50,))
+FINETUNE_THREADS = smoke.pick((2, 1, 0), (2, 0))
 
 
 def sample_rows(shared: Path, n: int, seed: int, offset: int = 0) -> list[str]:
@@ -75,7 +82,8 @@ def worker_label(args: argparse.Namespace) -> dict:
         label = lambda t: onnx.int8(t, "int8")  # noqa: E731
     else:
         # Calibrated on other rows than the ones timed, as a run calibrates on a sample.
-        cal = calibrate(onnx, calibration_sample(sample_rows(args.shared, 4000, 0, 20_000), 0))
+        calibration = sample_rows(args.shared, smoke.at_most(4000, smoke.ROWS), 0, 20_000)
+        cal = calibrate(onnx, calibration_sample(calibration, 0))
         hybrid = hybrid_labeler(onnx, cal.margin)
         label = lambda t: hybrid(t, "auto")  # noqa: E731
     label(texts[:200])  # warm-up: sessions built, first-call costs paid
@@ -105,7 +113,7 @@ def worker_train(args: argparse.Namespace) -> dict:
     governor = ThreadGovernor() if args.threads == 0 else None  # 0: what edgekd runs
     if governor is None:
         torch.set_num_threads(args.threads)
-    texts = sample_rows(args.shared, 20_000, seed=1)
+    texts = sample_rows(args.shared, smoke.at_most(20_000, smoke.ROWS), seed=1)
     tok = build_word_tokenizer(texts, 50_000, 1, True, 64)
     ids = tok.ids(texts)
     torch.manual_seed(0)
@@ -152,7 +160,7 @@ def worker_finetune(args: argparse.Namespace) -> dict:
     torch.manual_seed(0)
     model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=2).train()
     optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-    texts = sample_rows(args.shared, 2_000, seed=2)
+    texts = sample_rows(args.shared, smoke.at_most(2_000, smoke.ROWS), seed=2)
     rng = random.Random(0)
 
     def step() -> int:
@@ -183,7 +191,7 @@ def rows_per_s(step: Any, governor: Any, args: argparse.Namespace, warmup_s: flo
                 governor.step(n)
         return rows / (time.perf_counter() - start)
 
-    window(warmup_s)
+    window(smoke.pick(warmup_s, smoke.WINDOW_S))
     return {"rows_per_s": statistics.median(window(args.window) for _ in range(args.repeats))}
 
 
@@ -234,6 +242,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--student", choices=["now", "before"], default="now")
     args = p.parse_args()
+    args.rows = smoke.at_most(args.rows, smoke.ROWS)
+    args.repeats = smoke.at_most(args.repeats, smoke.REPEATS)
+    args.window = smoke.pick(args.window, min(args.window, smoke.WINDOW_S))
     if args.worker:
         workers = {"label": worker_label, "train": worker_train, "finetune": worker_finetune}
         print(json.dumps(workers[args.worker](args)))
@@ -242,10 +253,11 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     base = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
     previous = REPO / "benchmarks" / "results" / "labelling_load.json"
+    # A smoke run's rows are no measurement to keep, and a smoke run keeps none.
     rows = [
         r
         for r in (json.loads(previous.read_text()) if previous.is_file() else [])
-        if r["what"] not in args.sections
+        if r["what"] not in args.sections and not r.get("smoke") and not smoke.SMOKE
     ]
     for runtime in ("torch", "onnx", "int8", "auto") if "label" in args.sections else ():
         for loaded in (False, True):
@@ -254,7 +266,7 @@ def main() -> None:
             rows.append({"what": "label", "runtime": runtime, "loaded": loaded, **r})
             print(rows[-1], flush=True)
     for spin, threads in TRAIN_SETTINGS if "train" in args.sections else ():
-        for batch in (50, 256):
+        for batch in BATCHES:
             for loaded in (False, True):
                 env = {**base, "GOMP_SPINCOUNT": spin}
                 extra = ["--worker", "train", "--batch", str(batch), "--threads", str(threads)]
@@ -269,7 +281,7 @@ def main() -> None:
         setting = {"spin": LIBGOMP_DEFAULT, "threads": 0, "batch": 50, "loaded": loaded}
         rows.append({"what": "train", "student": "before", **setting, **r})
         print(rows[-1], flush=True)
-    for threads in (2, 1, 0) if "finetune" in args.sections else ():
+    for threads in FINETUNE_THREADS if "finetune" in args.sections else ():
         for loaded in (False, True):
             env = {**base, "GOMP_SPINCOUNT": LIBGOMP_DEFAULT}
             r = measure(args, ["--worker", "finetune", "--threads", str(threads)], env, loaded)
@@ -313,7 +325,7 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     ]
     for setting in sorted({(r["spin"], r["threads"]) for r in rows if r["what"] == "train"}):
         spin, threads = setting
-        for batch in (50, 256):
+        for batch in sorted({r["batch"] for r in rows if r["what"] == "train"}):
             kw = {"what": "train", "student": "now", "spin": spin, "threads": threads}
             kw["batch"] = batch
             q = get(**kw, loaded=False)["rows_per_s"]
@@ -349,7 +361,8 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
             "rows/s loaded | loaded/quiet |",
             "|---|---|---|---|",
         ]
-        for threads in (2, 1, 0):
+        tuned = {r["threads"] for r in rows if r["what"] == "finetune"}
+        for threads in [t for t in (2, 1, 0) if t in tuned]:
             q = get(what="finetune", threads=threads, loaded=False)["rows_per_s"]
             ld = get(what="finetune", threads=threads, loaded=True)["rows_per_s"]
             name = (
@@ -362,9 +375,12 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
         lines += ["", f"Teacher fine-tuning measured at revision {measured}."]
     out = REPO / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
+    if smoke.SMOKE:
+        rows = [{**r, "smoke": True} for r in rows]
     (out / "labelling_load.json").write_text(json.dumps(rows, indent=2) + "\n")
-    (out / "labelling_load.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    text = smoke.markdown("\n".join(lines) + "\n")
+    (out / "labelling_load.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ task's training texts (`generator_for`).
 and results are kept apart (`{task}-rows{N}`). Finished runs are kept in
 runs/bench-methods-bert and skipped on a rerun. Writes
 benchmarks/results/methods_bert_{task}[-rowsN].json and .md.
+EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
 """
 
 from __future__ import annotations
@@ -46,8 +47,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import smoke  # benchmarks/ is on the path of its own scripts
+
 REPO = Path(__file__).resolve().parents[1]
-RUNS = REPO / "runs" / "bench-methods-bert"
+RUNS = smoke.runs_dir(REPO / "runs" / "bench-methods-bert")
 
 ROWS = 2_000  # training rows per run (a seeded subsample, the same for every method)
 # The schedule the sweep trains with, from the first-epoch study (see the .md).
@@ -58,6 +61,8 @@ SCHEDULES: dict[str, dict[str, Any]] = {
     "2e-4, no warm-up": {"lr": 2e-4, "warmup_ratio": 0.0},
 }
 SCHEDULE = "2e-4, no warm-up"
+# Smoke: the schedule the sweep ran before and the one it runs, for a two-row study.
+SMOKE_SCHEDULES = ("5e-5, no warm-up (before)", SCHEDULE)
 
 # Early exit: besides the threshold export chooses, these fixed ones (dev, each seed).
 SHOWN_THRESHOLDS = (0.1, 0.3, 0.5)
@@ -98,6 +103,19 @@ ORDERINGS = [
         "FastBERT",
     ),
 ]
+# Smoke: one method per path of this script: plain fields (KD; the intermediate losses
+# differ from it only in fields), an early-exit export (FastBERT), a masked-LM
+# generator (MATE-KD) and a student given by name (MobileBERT).
+SMOKE_METHODS = ("KD", "FastBERT", "MATE-KD", "MobileBERT")
+SMOKE_GENERATOR_STEPS = 2  # masked-LM steps: the loop and the save, not a usable generator
+
+
+def smoke_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """Under smoke, a method's transfer-only epochs and one prediction epoch: epochs − 3
+    + 1 (KD 1, MobileBERT 4 − 3 + 1 = 2, TinyBERT 5 − 3 + 1 = 3), so every stage runs."""
+    if not smoke.SMOKE:
+        return fields
+    return {**fields, "epochs": fields["epochs"] - BERT3["epochs"] + 1}
 
 
 def task_paths(task: str, shared: Path) -> tuple[str, Path]:
@@ -107,9 +125,10 @@ def task_paths(task: str, shared: Path) -> tuple[str, Path]:
         return str(shared / "models" / "sst2-minilm-teacher"), data
     teacher = RUNS / "cola-teacher"
     if not (teacher / "config.json").is_file():
+        rows = ["--max-train", str(smoke.ROWS)] if smoke.SMOKE else []  # else: all
         subprocess.run(
             [sys.executable, "-m", "edgekd", "teacher", "--out", str(teacher), "--data",
-             str(data), "--epochs", "3", "--overwrite"],
+             str(data), "--epochs", smoke.pick("3", "1"), "--overwrite", *rows],
             check=True,
         )  # fmt: skip
     return str(teacher), data
@@ -151,7 +170,7 @@ def generator_for(task: str, teacher: str, data: Path, steps: int = 400) -> str:
     torch.manual_seed(0)
     optim = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
-    for step in range(steps):
+    for step in range(smoke.at_most(steps, SMOKE_GENERATOR_STEPS)):
         enc = tok(rng.sample(texts, 32), truncation=True, max_length=64)
         batch = collate([{"input_ids": ids} for ids in enc["input_ids"]])
         loss = model(**batch).loss
@@ -180,7 +199,7 @@ def run_one(
     done = out / "bench.json"
     if not done.is_file():
         teacher, data = task_paths(task, shared)
-        fields = json.loads(json.dumps(fields))  # a deep copy to fill in
+        fields = json.loads(json.dumps(smoke_fields(fields)))  # a deep copy to fill in
         for method in fields.get("augment", {}).get("methods", []):
             if isinstance(method, dict) and method["name"] == "mate":
                 method["options"]["generator"] = generator_for(task, teacher, data)
@@ -189,7 +208,7 @@ def run_one(
                 "teacher": teacher,
                 **SCHEDULES[SCHEDULE],
                 **fields,
-                "data": DataConfig(spec=str(data), max_train=rows or None, seed=0),
+                "data": DataConfig(spec=str(data), max_train=smoke.rows(rows or None), seed=0),
                 "seed": seed,
             }
         )
@@ -271,7 +290,9 @@ def study(task: str, shared: Path, seeds: list[int]) -> dict[str, Any]:
     base = dev.labels.count(majority) / len(dev.labels)
     out: dict[str, Any] = {"majority_class_accuracy": base, "schedules": {}}
     for label, schedule in SCHEDULES.items():
-        fields = {**BERT3, **schedule}
+        if smoke.SMOKE and label not in SMOKE_SCHEDULES:
+            continue
+        fields = {**smoke_fields(BERT3), **schedule}
         runs = [run_study(task, label, fields, seed, shared) for seed in seeds]
         out["schedules"][label] = {
             "epoch1_dev_accuracy": [r["history"][0]["dev_accuracy"] for r in runs],
@@ -299,7 +320,7 @@ def run_study(task: str, label: str, fields: dict[str, Any], seed: int, shared: 
         {
             "teacher": teacher,
             **fields,
-            "data": DataConfig(spec=str(data), max_train=ROWS, seed=0),
+            "data": DataConfig(spec=str(data), max_train=smoke.rows(ROWS), seed=0),
             "seed": seed,
         }
     )
@@ -478,11 +499,12 @@ def main() -> None:
     parser.add_argument("--study", action="store_true", help="The first-epoch study only.")
     parser.add_argument("--rows", type=int, default=ROWS, help="Training rows (0: all).")
     args = parser.parse_args()
+    args.seeds = args.seeds[: smoke.at_most(len(args.seeds), smoke.REPEATS)]
     first = study(args.task, args.shared, args.seeds[:2]) if args.rows == ROWS else None
     if args.study:
         print(json.dumps(first, indent=1))
         return
-    names = args.only or list(METHODS)
+    names = args.only or list(smoke.pick(METHODS, SMOKE_METHODS))
     results: dict[str, list[dict[str, Any]]] = {}
     for seed in args.seeds:
         for name in names:
@@ -495,6 +517,7 @@ def main() -> None:
     teacher, data = task_paths(args.task, args.shared)
     meta = {
         "task": args.task,
+        "smoke": smoke.SMOKE,
         "seeds": len(args.seeds),
         "teacher": teacher,
         "teacher_accuracy": next(iter(table.values()))["teacher_accuracy"],
@@ -513,7 +536,7 @@ def main() -> None:
             {"meta": meta, "table": table, "orderings": checks, "first_epoch": first}, indent=1
         )
     )
-    text = markdown(args.task, table, checks, meta, first)
+    text = smoke.markdown(markdown(args.task, table, checks, meta, first))
     (out / f"methods_bert_{name}.md").write_text(text)
     print(text)
 

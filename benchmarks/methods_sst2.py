@@ -17,6 +17,7 @@ training rows (10%), plus 13,468 augmented rows for KD+tang; BERT runs on 2,000.
 Finished runs are kept in runs/bench-methods and skipped on a rerun.
 
 Writes benchmarks/results/methods_sst2.json and methods_sst2.md.
+EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import smoke  # benchmarks/ is on the path of its own scripts
+
 REPO = Path(__file__).resolve().parents[1]
-RUNS = REPO / "runs" / "bench-methods"
+RUNS = smoke.runs_dir(REPO / "runs" / "bench-methods")
 
 SST2_TRAIN = 67_349
 # BiLSTM runs train on 10% of SST-2, which is also MixKD's "10%" setting; the tang
@@ -86,6 +89,9 @@ ORDERINGS = [
     ("logit KD ≤ ALP-KD, 3-layer BERT (Passban et al.)", "bert3/KD", "bert3/ALP"),
     ("logit KD ≤ TinyBERT, 3-layer BERT (Jiao et al.)", "bert3/KD", "bert3/TinyBERT"),
 ]
+# Smoke: the methods differ in fields but for TAKD, which reads its assistant's run; with
+# bilstm/KD one ordering is judged too.
+SMOKE_METHODS = ("bilstm/KD", "bert3/KD", "bilstm/TAKD (bert3 assistant)")
 
 
 def run_one(name: str, seed: int, shared: Path, teacher: str) -> dict[str, Any]:
@@ -97,6 +103,8 @@ def run_one(name: str, seed: int, shared: Path, teacher: str) -> dict[str, Any]:
     if (out / "metrics.json").is_file():
         return json.loads((out / "metrics.json").read_text())
     fields = dict(fields)
+    if smoke.SMOKE:  # one epoch; TinyBERT's 2 intermediate-only epochs stay (5 − 3 + 1 = 3)
+        fields["epochs"] = fields["epochs"] - BERT3["epochs"] + 1 if "intermediate" in fields else 1
     if fields.get("teacher", "").startswith("bert3/"):
         assistant = RUNS / f"{fields['teacher'].replace('/', '_')}-s{seed}"
         fields["teacher"] = str(assistant)
@@ -104,7 +112,9 @@ def run_one(name: str, seed: int, shared: Path, teacher: str) -> dict[str, Any]:
         {
             "teacher": teacher,
             **fields,
-            "data": DataConfig(spec=str(shared / "data" / "sst2"), max_train=rows, seed=0),
+            "data": DataConfig(
+                spec=str(shared / "data" / "sst2"), max_train=smoke.rows(rows), seed=0
+            ),
             "seed": seed,
         }
     )
@@ -185,8 +195,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--only", nargs="*", help="Run only these method names.")
     args = parser.parse_args()
+    args.seeds = args.seeds[: smoke.at_most(len(args.seeds), smoke.REPEATS)]
     teacher = str(args.shared / "models" / "sst2-minilm-teacher")
-    names = args.only or list(METHODS)
+    names = args.only or list(smoke.pick(METHODS, SMOKE_METHODS))
     results: dict[str, list[dict[str, Any]]] = {}
     start = time.perf_counter()
     for seed in args.seeds:
@@ -196,6 +207,7 @@ def main() -> None:
     table = summarise(results)
     checks = orderings(table)
     meta = {
+        "smoke": smoke.SMOKE,
         "seeds": len(args.seeds),
         "teacher": teacher,
         "teacher_accuracy": next(iter(table.values()))["teacher_accuracy"],
@@ -208,8 +220,9 @@ def main() -> None:
     (out / "methods_sst2.json").write_text(
         json.dumps({"meta": meta, "table": table, "orderings": checks}, indent=1)
     )
-    (out / "methods_sst2.md").write_text(markdown(table, checks, meta))
-    print(markdown(table, checks, meta))
+    text = smoke.markdown(markdown(table, checks, meta))
+    (out / "methods_sst2.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ plan's p50 from its own run against the trained model's p50 from a separate run
 is reported beside it (what a user comparing two separate profiles would see).
 
 Writes benchmarks/results/plan_sst2.json and plan_sst2.md.
+EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
 """
 
 from __future__ import annotations
@@ -27,14 +28,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import smoke  # benchmarks/ is on the path of its own scripts
+
 REPO = Path(__file__).resolve().parents[1]
-WORK = REPO / "runs" / "bench-plan"
+WORK = smoke.runs_dir(REPO / "runs" / "bench-plan")
 SIZES = [
     {"name": "bilstm", "options": {"hidden_size": 64, "embedding_dim": 64}},
     {"name": "bilstm", "options": {"hidden_size": 150, "embedding_dim": 64}},
     {"name": "bilstm", "options": {"hidden_size": 300, "embedding_dim": 64}},
     {"name": "bert", "options": {"layers": 2, "hidden": 128, "heads": 2, "ffn": 512}},
 ]
+SIZES = smoke.pick(SIZES, SIZES[:1])  # smoke: every size takes the same path
+# Agent timing: 3 processes × 10 trials × 400 runs; under smoke 3 × 2 × 20.
+RUNS, TRIALS = smoke.at_most(400, smoke.RUNS), smoke.at_most(10, smoke.TRIALS)
 
 
 def main() -> None:
@@ -43,6 +49,7 @@ def main() -> None:
     p.add_argument("--max-train", type=int, default=20_000)
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = p.parse_args()
+    args.max_train = smoke.rows(args.max_train)
 
     from edgekd.artifacts import BundleManifest, ExportReport
     from edgekd.config import DataConfig, DistillConfig, ExportConfig, PlanConfig
@@ -61,7 +68,7 @@ def main() -> None:
 
     teacher_dir = str(args.shared / "models" / "sst2-minilm-teacher")
     data = DataConfig(spec=str(args.shared / "data" / "sst2"), max_train=args.max_train)
-    cfg = PlanConfig(teacher=teacher_dir, data=data, grid=SIZES, runs=400, trials=10)
+    cfg = PlanConfig(teacher=teacher_dir, data=data, grid=SIZES, runs=RUNS, trials=TRIALS)
     task = training_rows(load_task(data))  # as `edgekd plan` reads it
     teacher, teacher_tok = load_teacher(teacher_dir)
     seq_len = median_tokens(teacher_tok, task.dev.texts)
@@ -89,15 +96,15 @@ def main() -> None:
             untrained_model,
             "local-cpu",
             1,
-            400,
+            RUNS,
             20,
             seq_len,
             None,
-            10,
+            TRIALS,
             vs=trained_model,
             processes=3,
         )
-        alone = profile_model(trained_model, "local-cpu", 1, 400, 20, seq_len, None, 10)
+        alone = profile_model(trained_model, "local-cpu", 1, RUNS, 20, seq_len, None, TRIALS)
         vs = both["vs"]
         rows.append(
             {
@@ -119,6 +126,7 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
     result = {
         "command": f"python benchmarks/plan_sst2.py --max-train {args.max_train}",
+        "smoke": smoke.SMOKE,
         "cpu": cpu_model(),
         "machine": platform.machine(),
         "revision": revision(),
@@ -127,8 +135,8 @@ def main() -> None:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "plan_sst2.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "plan_sst2.md").write_text(markdown(result))
-    print(markdown(result))
+    (args.out / "plan_sst2.md").write_text(smoke.markdown(markdown(result)))
+    print(smoke.markdown(markdown(result)))
 
 
 def markdown(result: dict[str, Any]) -> str:

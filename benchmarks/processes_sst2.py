@@ -9,6 +9,7 @@ differ only in how training is spread: one process on every core, or two process
 epoch count, so both runs do the same work; training seconds are compared. Reported per seed: dev
 accuracy of each, their difference (the aim: within ±0.3 points) and the training
 seconds of each. Writes benchmarks/results/processes_sst2.{json,md}.
+EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+import smoke  # benchmarks/ is on the path of its own scripts
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -34,6 +37,7 @@ def distill_args(args: argparse.Namespace, out: Path, seed: int) -> list[str]:
         "--data", str(args.shared / "data" / "sst2"), "--out", str(out),
         "--epochs", str(args.epochs), "--seed", str(seed),
         "-s", "time_budget=null", "-s", "augment.methods=[]",
+        *(["--max-train", str(smoke.ROWS)] if smoke.SMOKE else []),
     ]  # fmt: skip
 
 
@@ -68,12 +72,14 @@ def run(cmd: list[str], env: dict[str, str], out: Path) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shared", type=Path, default=REPO.parent / "shared")
-    p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-processes")
+    p.add_argument("--work", type=Path, default=smoke.runs_dir(REPO / "runs" / "bench-processes"))
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     p.add_argument("--render", action="store_true", help="rewrite the .md from the .json")
     args = p.parse_args()
+    args.epochs = smoke.at_most(args.epochs, 1)
+    args.seeds = args.seeds[: smoke.at_most(len(args.seeds), smoke.REPEATS)]
     if args.render:
         render(json.loads((args.out / "processes_sst2.json").read_text()), args.out)
         return
@@ -97,7 +103,7 @@ def main() -> None:
         rows.append(row)
     from distill_default import revision  # beside this file, on sys.path when run
 
-    result = {"epochs": args.epochs, "revision": revision(), "runs": rows}
+    result = {"epochs": args.epochs, "smoke": smoke.SMOKE, "revision": revision(), "runs": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "processes_sst2.json").write_text(json.dumps(result, indent=2) + "\n")
     render(result, args.out)
@@ -125,6 +131,8 @@ def render(result: dict, out: Path) -> None:
     t1, t2 = median(r["p1"]["train_s"] for r in rows), median(r["p2"]["train_s"] for r in rows)
     md.append(f"| median | {acc1:.4f} | {acc2:.4f} | {acc2 - acc1:+.4f} | {t1:.0f} | {t2:.0f} |")
     md += ["", f"Revision {result['revision']}."]
+    if result.get("smoke"):
+        md = [smoke.NOTE, "", *md]
     (out / "processes_sst2.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
 

@@ -18,6 +18,7 @@ and how often the interval held the quiet-machine ratio.
 
 Defaults: A = the recipe's int8 BiLSTM, B = its fp32 (runs/sst2-bilstm/student/export).
 Writes benchmarks/results/profile_hygiene.json and .md.
+EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import smoke  # benchmarks/ is on the path of its own scripts
 
 REPO = Path(__file__).resolve().parents[1]
 EXPORT = REPO / "runs" / "sst2-bilstm" / "student" / "export"
@@ -72,6 +75,9 @@ def main() -> None:
     p.add_argument("--gap-ms", type=float, default=600)
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = p.parse_args()
+    args.repeats = smoke.at_most(args.repeats, smoke.REPEATS)
+    args.runs = smoke.at_most(args.runs, smoke.RUNS)
+    args.trials = smoke.at_most(args.trials, smoke.TRIALS)
 
     from edgekd.devices.profile import profile_model
 
@@ -95,7 +101,7 @@ def main() -> None:
         # The quiet-machine ratio: median of 3 alternating runs before any load.
         quiet = statistics.median(
             prof(args.a, args.trials, vs=args.b, processes=3)["vs"]["ratio_b_over_a"]
-            for _ in range(3)
+            for _ in range(smoke.at_most(3, smoke.REPEATS))
         )
         burner = subprocess.Popen(
             [sys.executable, "-c", BURNER.format(core=0, burst_ms=args.burst_ms,
@@ -130,6 +136,7 @@ def main() -> None:
     result = {
         "benchmark": "profile_hygiene",
         "command": "python " + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "smoke": smoke.SMOKE,
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
         "models": {"a": str(args.a), "b": str(args.b)},
         "settings": {k: v for k, v in vars(args).items() if k not in ("a", "b", "out")},
@@ -195,8 +202,9 @@ def main() -> None:
         f"{result['noisy_flagged_under_load']} loaded profiles.",
         "",
     ]
-    (args.out / "profile_hygiene.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    text = smoke.markdown("\n".join(lines))
+    (args.out / "profile_hygiene.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ Reported: seconds from start to the first epoch line minus that epoch's own seco
 (start-up: data, cached logits, student, and for `resumed` the checkpoint) for `whole`
 and `resumed`, the work lost to the kill, total seconds, and whether `resumed` ends with
 the same model.safetensors sha256 as `whole`. Writes benchmarks/results/resume_cost.{json,md}.
+EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import smoke  # benchmarks/ is on the path of its own scripts
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCH = re.compile(r"^epoch (\d+): .*, ([\d.]+) s$")
@@ -73,12 +76,17 @@ def sha256(path: Path) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shared", type=Path, default=REPO.parent / "shared")
-    p.add_argument("--work", type=Path, default=REPO / "runs" / "bench-resume")
+    p.add_argument("--work", type=Path, default=smoke.runs_dir(REPO / "runs" / "bench-resume"))
     p.add_argument("--rows", type=int, default=20_000)
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--kill-after", type=int, default=2)
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = p.parse_args()
+    args.rows = smoke.at_most(args.rows, smoke.ROWS)
+    # Smoke: killed in the last epoch, the fewest that leave one to resume. Not after
+    # epoch 1: its first-call costs make it several times the next, so half of it
+    # (the wait before the kill) can outlast the whole of epoch 2.
+    args.epochs = smoke.at_most(args.epochs, args.kill_after + 1)
     if not (args.shared / "data" / "sst2" / "train.tsv").is_file():
         sys.exit(f"{args.shared} has no data/sst2: pass --shared")
     args.work.mkdir(parents=True, exist_ok=True)
@@ -93,6 +101,7 @@ def main() -> None:
     )
     epoch_s = [e["epoch_s"] for e in whole["epochs"]]
     result = {
+        "smoke": smoke.SMOKE,
         "rows": args.rows,
         "epochs": args.epochs,
         "killed_after_epoch": args.kill_after,
@@ -128,8 +137,9 @@ def main() -> None:
         f"{round(s['killed'] + s['resumed'], 2)} s |",
         f"| same weights (sha256) as uninterrupted | {'yes' if same else 'NO'} |",
     ]
-    (args.out / "resume_cost.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
+    text = smoke.markdown("\n".join(md) + "\n")
+    (args.out / "resume_cost.md").write_text(text)
+    print(text)
 
 
 if __name__ == "__main__":

@@ -169,6 +169,44 @@ def tiny_teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_bert(tmp_path_factory.mktemp("teacher"))
 
 
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime in ns) of every file under `folder`, by relative path."""
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="session")
+def tiny_chain(tmp_path_factory: pytest.TempPathFactory, tiny_teacher: Path, tiny_data: Path):
+    """One tiny chain for the whole run, read-only: `student/` (the BiLSTM of
+    `distill_tiny_bilstm`), `export/` (fp32 + int8, no guard) and `bundle/` + `bundle.zip`
+    beside them. Built once (~1 s) instead of once per module; a test that must change
+    one of them copies it first, and teardown fails the run if any file here changed."""
+    from edgekd.config import ExportConfig
+    from edgekd.stages.bundle import make_bundle
+    from edgekd.stages.export import export as run_export
+
+    root = tmp_path_factory.mktemp("chain")
+    distill_tiny_bilstm(tiny_teacher, tiny_data, root / "student")
+    run_export(ExportConfig(guard=False), root / "student", root / "export")
+    make_bundle(root / "export", root / "bundle")
+    before = snapshot(root)
+    yield root
+    assert snapshot(root) == before, f"a test wrote into the shared chain at {root}: copy it first"
+
+
+@pytest.fixture(scope="session")
+def tiny_student(tiny_chain: Path) -> Path:
+    return tiny_chain / "student"
+
+
+@pytest.fixture(scope="session")
+def tiny_export(tiny_chain: Path) -> Path:
+    return tiny_chain / "export"
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test gets its own teacher-logit cache, never the user's."""

@@ -21,6 +21,7 @@ def api_block() -> str:
     return match.group(1)
 
 
+@pytest.mark.slow
 def test_readme_api_block_runs_the_chain_as_written(tmp_path):
     needed = [SHARED / "data" / "sst2", SHARED / "models" / "sst2-minilm-teacher"]
     if not all(p.exists() for p in needed):

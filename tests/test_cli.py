@@ -165,6 +165,7 @@ def test_cli_bad_input_gives_one_line_error_and_exit_code(tmp_path, args, code, 
     assert lines[-1].startswith("error:") and message in lines[-1]
 
 
+@pytest.mark.slow
 def test_cli_bert_student_with_mixup_and_pkd_exports_and_teaches_a_bilstm(
     tmp_path: Path, tiny_data: Path, tiny_teacher: Path
 ):
@@ -212,6 +213,7 @@ def test_cli_bert_student_with_mixup_and_pkd_exports_and_teaches_a_bilstm(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "student",
     [
@@ -384,6 +386,7 @@ def test_cli_devices_lists_specs_and_shows_one(tmp_path):
     assert yaml.safe_load(r.stdout)["runner"] == "adb"
 
 
+@pytest.mark.slow
 def test_cli_run_recipe_exits_with_the_checks_code_and_report_rewrites(
     tmp_path, tiny_teacher, tiny_data, monkeypatch
 ):
@@ -480,13 +483,6 @@ def test_options_left_at_their_default_do_not_override_the_config_file(
     # --epochs (default 10) was not typed: the file's 1 stands; --seed was typed: 3 wins.
     assert (resolved["epochs"], resolved["batch_size"], resolved["seed"]) == (1, 16, 3)
     assert resolved["data"]["seed"] == 3
-
-
-@pytest.fixture(scope="module")
-def tiny_student(tmp_path_factory, tiny_data, tiny_teacher):
-    from conftest import distill_tiny_bilstm
-
-    return distill_tiny_bilstm(tiny_teacher, tiny_data, tmp_path_factory.mktemp("s") / "s")
 
 
 @pytest.mark.parametrize(

@@ -27,16 +27,9 @@ def user_files(folder: Path) -> dict[Path, bytes]:
     }
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory, tiny_teacher, tiny_data):
-    from conftest import distill_tiny_bilstm
-    from edgekd.config import ExportConfig
-    from edgekd.stages.export import export as run_export
-
-    root = tmp_path_factory.mktemp("chain")
-    distill_tiny_bilstm(tiny_teacher, tiny_data, root / "student")
-    run_export(ExportConfig(guard=False), root / "student", root / "export")
-    return root
+@pytest.fixture
+def exported(tiny_chain):
+    return tiny_chain
 
 
 def commands(root: Path, out: Path, teacher: Path, data: Path) -> dict[str, list[str]]:

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -76,6 +77,7 @@ DISTILL_KEYS = [*DistillConfig.model_fields, "student_options", "hidden_size", "
                 "name", "options", "k", "p"]  # fmt: skip
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(st.one_of(plain(BUDGET_KEYS).map(dumped), st.text(max_size=200)))
 def test_budget_parser_never_crashes(text):

@@ -2,12 +2,14 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from conftest import build_tiny_bert
 from edgekd.cli import app
 
 
+@pytest.mark.slow
 def test_quickstart_runs_every_stage_and_exits_with_the_budget_verdict(tmp_path, tiny_data):
     base = build_tiny_bert(tmp_path / "base", classifier=False)
     out = tmp_path / "qs"

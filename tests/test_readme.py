@@ -7,6 +7,12 @@ random 6-layer BERT under the reference teacher's path, and `.venv/bin/activate`
 interpreter's environment on PATH. Each command is handed to bash exactly as printed,
 so a renamed option, a moved file or a stale path fails here instead of for a user.
 
+Every command runs with EDGEKD_BENCH_SMOKE=1 (benchmarks/smoke.py): the README's
+benchmark commands run exactly as printed, and the variable shrinks the study, not the
+command (one seed, one epoch, the fewest methods, repeats and trials that reach every
+path), so a benchmark is checked for wiring in seconds instead of re-run in full. Each
+must still write the results it documents, marked as a smoke run.
+
 The Raspberry Pi line reaches a stand-in `ssh` that runs the remote line on this
 machine (as the adb test's stand-in does for a phone). The README's set-up and test
 blocks are not run here: CI runs those itself (`.ci/run`).
@@ -14,6 +20,7 @@ blocks are not run here: CI runs those itself (`.ci/run`).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -25,6 +32,8 @@ import pytest
 import yaml
 
 from conftest import REPO, build_tiny_bert, make_rows, write_tsv
+
+pytestmark = pytest.mark.slow  # trains, exports and profiles, each in a subprocess
 
 # Gates answer with their verdict: 1 means "a limit failed", which a random tiny teacher
 # and its student do against the README's real budgets. Anything else must exit 0.
@@ -111,6 +120,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
         EDGEKD_CACHE=str(root / "cache"),
         HF_HUB_OFFLINE="1",
         COLUMNS="120",
+        EDGEKD_BENCH_SMOKE="1",  # benchmarks: a wiring check on the smallest work
     )
     return {"work": work, "env": env, "ssh_log": log}
 
@@ -123,6 +133,8 @@ def run(sandbox: dict[str, object], command: str, env: dict[str, str] | None = N
         env={**sandbox["env"], **(env or {})},  # type: ignore[dict-item]
         capture_output=True,
         text=True,
+        # A hang guard, not a budget: the slowest command (resume_cost.py, four distill
+        # processes under smoke) takes about 20 s on 2 cores, so 600 s is 30× that.
         timeout=600,
     )
     shown = f"$ {command}\nexit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
@@ -140,6 +152,19 @@ def run(sandbox: dict[str, object], command: str, env: dict[str, str] | None = N
     assert r.returncode in allowed, shown
 
 
+def bench_results(command: str) -> list[str]:
+    """The files `python benchmarks/NAME.py ...` writes to benchmarks/results/, as its
+    docstring says: NAME.json and NAME.md, methods_bert's named by its --task."""
+    found = re.search(r"python benchmarks/(\w+)\.py(.*)", command)
+    if not found:
+        return []
+    name, args = found.groups()
+    if name == "methods_bert":
+        task = re.search(r"--task (\w+)", args)
+        name = f"methods_bert_{task[1] if task else 'sst2'}"
+    return [f"{name}.json", f"{name}.md"]
+
+
 BLOCKS = readme_blocks()
 
 
@@ -153,8 +178,20 @@ def test_readme_has_the_blocks_users_copy():
 
 @pytest.mark.parametrize("heading,commands", BLOCKS, ids=[h for h, _ in BLOCKS])
 def test_readme_block_runs_as_written(sandbox, heading, commands):
+    results = Path(str(sandbox["work"])) / "benchmarks" / "results"
     for command in commands:
+        written = [results / name for name in bench_results(command)]
+        for path in written:  # what this command writes, not an earlier one
+            path.unlink(missing_ok=True)
         run(sandbox, command)
+        for path in written:
+            assert path.is_file(), f"{command}: wrote no {path.name}"
+            if path.suffix == ".json":  # its meta; a list of rows marks every row
+                result = json.loads(path.read_text())
+                metas = result if isinstance(result, list) else [result.get("meta", result)]
+                assert all(m.get("smoke") is True for m in metas), path.name
+            else:
+                assert "Smoke run" in path.read_text().splitlines()[0], path.name
 
 
 @pytest.mark.parametrize(

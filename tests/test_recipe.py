@@ -36,6 +36,7 @@ def statuses(run: Path) -> dict[str, str]:
     return {s["stage"]: s["status"] for s in manifest["stages"]}
 
 
+@pytest.mark.slow
 def test_run_recipe_caches_stages_and_reruns_only_what_changed(tmp_path, tiny_teacher, tiny_data):
     run = tmp_path / "run"
     recipe = write_recipe(tmp_path, tiny_teacher, tiny_data, {"max_bytes": 10_000_000})
@@ -123,6 +124,7 @@ def test_set_overrides_reach_nested_fields_and_reject_non_sections(
         load_recipe(path, {"name.x": 1})
 
 
+@pytest.mark.slow
 def test_run_recipe_profiles_and_checks_every_device_by_its_spec_name(
     tmp_path, tiny_teacher, tiny_data
 ):
@@ -150,6 +152,7 @@ def test_run_recipe_profiles_and_checks_every_device_by_its_spec_name(
     assert "<h2>core0</h2>" in html and "<h2>local-cpu</h2>" in html
 
 
+@pytest.mark.slow
 def test_run_recipe_fine_tunes_a_teacher_when_none_is_given(tmp_path, tiny_data):
     from conftest import build_tiny_bert
 

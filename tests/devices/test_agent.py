@@ -67,6 +67,7 @@ def test_agent_script_prints_full_json_schema(tmp_path):
     assert r["runs"] == 20 and r["min_ms"] <= r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"]
 
 
+@pytest.mark.slow
 def test_local_agent_reports_its_own_peak_rss_not_the_parents(tmp_path):
     model = identity_model(tmp_path / "id.onnx")
     ballast = np.ones(400 * 1024 * 1024 // 8)  # this process: +400 MB resident
@@ -75,6 +76,7 @@ def test_local_agent_reports_its_own_peak_rss_not_the_parents(tmp_path):
     assert 0 < r["peak_rss_mb"] < 300  # onnxruntime + numpy alone is ~50-100 MB
 
 
+@pytest.mark.slow
 def test_profile_model_runs_local_cpu_with_end_to_end(tmp_path, tiny_teacher):
     from edgekd.exporters.teacher import export_teacher
 

@@ -72,6 +72,7 @@ def sshd(tmp_path_factory):
     proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_ssh_runner_profiles_on_localhost_and_cleans_up(sshd, tmp_path):
     d, spec = sshd
     # A name a shell would mangle: it must never reach the remote shell.
@@ -84,6 +85,7 @@ def test_ssh_runner_profiles_on_localhost_and_cleans_up(sshd, tmp_path):
     assert not list(Path.cwd().glob("pwned")) and not (d / "pwned").exists()
 
 
+@pytest.mark.slow
 def test_ssh_runner_compares_two_models_remotely(sshd, tmp_path):
     _, spec = sshd
     a = identity_model(tmp_path / "a.onnx")
@@ -92,6 +94,7 @@ def test_ssh_runner_compares_two_models_remotely(sshd, tmp_path):
     assert r["vs"]["b"]["model"] == str(b.resolve()) and r["vs"]["ratio_b_over_a"] > 0
 
 
+@pytest.mark.slow
 def test_ssh_runner_refuses_a_host_whose_key_is_not_known(sshd, tmp_path):
     _, spec = sshd
     other = tmp_path / "known_hosts"

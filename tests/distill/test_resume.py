@@ -49,6 +49,7 @@ def bigger_data(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_distill_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, tiny_teacher, bigger_data):
     env = {**os.environ, "EDGEKD_CACHE": str(tmp_path / "cache")}
     whole = tmp_path / "whole"
@@ -112,6 +113,7 @@ def test_a_changed_config_does_not_resume_and_names_the_field(
     assert any(p.startswith("resuming from epoch 3") for p in printed), printed
 
 
+@pytest.mark.slow
 def test_teacher_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, bigger_data):
     from conftest import build_tiny_bert
 

@@ -257,6 +257,7 @@ def distilled(tmp_path_factory, tiny_data):
     return tmp / "s"
 
 
+@pytest.mark.slow
 def test_export_stage_chooses_the_threshold_on_held_out_rows_and_sweeps_dev(distilled, tmp_path):
     import onnxruntime as ort
 

@@ -15,16 +15,9 @@ from edgekd.cli import app
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def export_dir(tiny_teacher, tiny_data, tmp_path_factory) -> Path:
-    from conftest import distill_tiny_bilstm
-    from edgekd.config import ExportConfig
-    from edgekd.stages.export import export as run_export
-
-    root = tmp_path_factory.mktemp("bundle")
-    distill_tiny_bilstm(tiny_teacher, tiny_data, root / "student", epochs=2)
-    run_export(ExportConfig(guard=False), root / "student", root / "export")
-    return root / "export"
+@pytest.fixture
+def export_dir(tiny_export) -> Path:
+    return tiny_export
 
 
 def test_bundle_holds_int8_model_tokenizer_labels_and_sha256_manifest(export_dir, tmp_path):

@@ -477,6 +477,7 @@ def test_train_student_keeps_the_averaged_weights_when_ema_is_set(
     assert raw["history"][0]["train_loss"] == ema["history"][0]["train_loss"]
 
 
+@pytest.mark.slow
 def test_distill_under_accelerate_launch_trains_one_student_on_two_processes(
     tiny_teacher, tiny_data, tmp_path
 ):

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from conftest import distill_tiny_bilstm
 from edgekd.artifacts import MODEL_FILES
 from edgekd.config import ExportConfig
 from edgekd.stages.export import export as run_export
@@ -14,9 +13,9 @@ from edgekd.stages.export import export as run_export
 INT8 = MODEL_FILES["int8"]
 
 
-@pytest.fixture(scope="module")
-def student(tiny_teacher, tiny_data, tmp_path_factory):
-    return distill_tiny_bilstm(tiny_teacher, tiny_data, tmp_path_factory.mktemp("student") / "s")
+@pytest.fixture
+def student(tiny_student):
+    return tiny_student
 
 
 def test_static_int8_on_a_bilstm_says_the_lstm_stays_fp32(student, tmp_path):

@@ -76,6 +76,7 @@ def test_plan_refuses_a_budget_with_no_shape_limit_before_any_work(
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.slow
 def test_recipe_with_variants_plan_distils_the_top_candidate(tiny_teacher, tiny_data, tmp_path):
     from edgekd.recipe import run_recipe
 

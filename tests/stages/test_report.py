@@ -89,6 +89,7 @@ def test_report_on_an_empty_folder_names_the_fix(tmp_path):
         write_report(tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed (apt-get install chromium)")
 def test_report_renders_with_visible_plots_in_headless_chromium(run_dir, tmp_path):
     from PIL import Image
