@@ -13,10 +13,14 @@ a device can report more without a schema change here.
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -27,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from edgekd.config import FILE_KINDS, PLAIN_NAME
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_write_text, read_json
 from edgekd.registry import first_error
@@ -45,6 +50,73 @@ PROFILE_GLOB = "profile*.json"
 CHECK_GLOB = "check*.json"
 
 A = TypeVar("A", bound="Artifact")
+
+# ------------------------------------------------------------------ paths read from files
+
+
+def is_plain_name(name: object) -> bool:
+    """A file name written inside an artifact (export.json's `models[*].path`, a bundle
+    manifest's `files`) is one plain name in the artifact's own folder: letters, digits,
+    '_', '.', '-', not starting with '.'. So it is never absolute, never climbs out with
+    '..', never hides, and holds no '/', '\\' or ':'."""
+    return isinstance(name, str) and re.fullmatch(PLAIN_NAME, name) is not None
+
+
+def _plain_name(value: str) -> str:
+    if not is_plain_name(value):
+        raise ValueError(
+            f"{value!r} is not a plain file name in this folder (no '/', '..' or absolute path)"
+        )
+    return value
+
+
+# A file name inside the artifact's folder, refused on reading otherwise.
+PlainName = Annotated[str, AfterValidator(_plain_name)]
+
+
+def file_inside(folder: str | Path, name: str, fix: str) -> Path:
+    """`folder/name`, checked to be a regular file inside `folder` that no link leads
+    to: the one rule for every file edgekd finds by name in an input folder (an export,
+    a bundle, a student) or reads a name of from a file there.
+
+    `name` is one or more names joined by '/', none empty, hidden (so never '..') or
+    holding '\\' or NUL: never absolute, never climbing out. Every step below `folder`
+    is looked at without following links, and a symlink anywhere is refused naming it,
+    whether it points in or out (a link where a file is expected is how a crafted
+    folder gets /etc/passwd shipped inside a bundle).
+    `folder` itself is the user's to name and may be reached through links. A FIFO,
+    device or socket is refused too (reading it would block or never end), and so is a
+    missing file. Every refusal is one line ending in `fix`."""
+    folder = Path(folder)
+    parts = name.split("/") if isinstance(name, str) else [""]
+    if not all(p and not p.startswith(".") and "\\" not in p and "\0" not in p for p in parts):
+        raise EdgeKDError(
+            f"{name!r} is not a plain file name inside {folder} (no absolute path, '..' or "
+            f"hidden part); {fix}"
+        )
+    path = folder
+    for i, part in enumerate(parts):
+        path = path / part
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            raise EdgeKDError(f"{path} does not exist; {fix}") from None
+        except OSError as e:
+            raise EdgeKDError(f"cannot read {path} ({e.strerror}); {fix}") from None
+        if stat.S_ISLNK(mode):
+            raise EdgeKDError(
+                f"{path} is a symlink; edgekd follows no links inside {folder}: put the file "
+                f"itself there, or {fix}"
+            )
+        last = i == len(parts) - 1
+        if not last and not stat.S_ISDIR(mode):
+            raise EdgeKDError(f"{path} is not a folder; {fix}")
+        if last and not stat.S_ISREG(mode):
+            if stat.S_ISDIR(mode):
+                raise EdgeKDError(f"{path} is a folder, not a file; {fix}")
+            kind = FILE_KINDS.get(stat.S_IFMT(mode), "a special file")
+            raise EdgeKDError(f"{path} is {kind}, not a regular file; {fix}")
+    return path
 
 
 class Nested(BaseModel):
@@ -196,7 +268,7 @@ class TeacherMetrics(Artifact):
 class ExportedModel(Nested):
     """One exported model (fp32 or int8) of an export folder."""
 
-    path: str = Field(..., description="File name inside the export folder.")
+    path: PlainName = Field(..., description="File name inside the export folder.")
     # Measured values may be absent: a limit on one then reads as not measured and fails.
     bytes: int | None = None
     accuracy: float | None = None
@@ -209,7 +281,7 @@ class ExportedModel(Nested):
 class E2EModel(Nested):
     """`model.e2e.onnx` of an export (`edgekd export --e2e`)."""
 
-    path: str
+    path: PlainName
     source: Literal["fp32", "int8"]  # the model behind the in-graph tokenizer
     bytes: int
     rows: int  # dev rows predicted both ways
@@ -587,7 +659,7 @@ class BundleManifest(Artifact):
     format: int = 1
     model: Literal["fp32", "int8"] = Field(..., description="Which exported model ships.")
     e2e: bool = Field(False, description="It ships as model.e2e.onnx, tokenizer inside.")
-    files: dict[str, BundleFile] = Field(..., min_length=1)
+    files: dict[PlainName, BundleFile] = Field(..., min_length=1)
     bytes: int
     accuracy: float | None = None
     labels: list[str]

@@ -45,8 +45,8 @@ from edgekd.config import (
     parse_sets,
     validate,
 )
-from edgekd.errors import EdgeKDError
-from edgekd.render import print_check, print_export, print_profile, print_sweep, print_vs
+from edgekd.errors import EdgeKDError, printable, printable_json
+from edgekd.render import echo, print_check, print_export, print_profile, print_sweep, print_vs
 
 
 class OneLineErrors(TyperGroup):
@@ -65,7 +65,7 @@ class OneLineErrors(TyperGroup):
                 sys.exit(e.exit_code)
             where = e.ctx.command_path if getattr(e, "ctx", None) else "edgekd"  # type: ignore[attr-defined]
             message = e.format_message().rstrip(".")
-            typer.echo(f"error: {message}; see `{where} --help`", err=True)
+            typer.echo(printable(f"error: {message}; see `{where} --help`"), err=True)
             sys.exit(e.exit_code)
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -100,7 +100,8 @@ def main(
 
 def user_errors(fn: F) -> F:
     """Print an error as one line on stderr and exit with its code (edgekd.errors):
-    an `EdgeKDError` as it says, anything else through `failures.describe`."""
+    an `EdgeKDError` as it says, anything else through `failures.describe`. The line
+    passes `printable`: a path or a file's text it quotes cannot drive the terminal."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -108,7 +109,7 @@ def user_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except EdgeKDError as e:
-            typer.echo(f"error: {e}", err=True)
+            typer.echo(f"error: {printable(str(e))}", err=True)
             raise typer.Exit(e.exit_code) from None
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
@@ -119,7 +120,7 @@ def user_errors(fn: F) -> F:
             message, code = describe(e)
             if code == INTERNAL_ERROR and (DEBUG["on"] or os.environ.get("EDGEKD_DEBUG")):
                 raise
-            typer.echo(f"error: {message}", err=True)
+            typer.echo(f"error: {printable(message)}", err=True)
             raise typer.Exit(code) from None
 
     return wrapper  # type: ignore[return-value]
@@ -276,7 +277,7 @@ def teacher(
     )  # fmt: skip
     cfg = with_data(cfg, fields, own.get("seed"))
     metrics = train_teacher(cfg, out, overwrite)  # checks --out before loading any data
-    typer.echo(f"teacher: dev accuracy {metrics.dev_accuracy:.4f} → {out}")
+    echo(f"teacher: dev accuracy {metrics.dev_accuracy:.4f} → {out}")
 
 
 def with_data(cfg: Any, fields: dict[str, Any], seed: int | None) -> Any:
@@ -485,7 +486,7 @@ def distill(
     from edgekd.progress import main_process
 
     if main_process():  # one result line, however many processes trained
-        typer.echo(
+        echo(
             f"student: accuracy {m.student_accuracy:.4f} (teacher {m.teacher_accuracy:.4f}, "
             f"agreement {m.agreement:.4f}, {m.params:,} params) → {out}"
         )
@@ -521,7 +522,7 @@ def eval_(
         encoding=encoding,
     )
     result = evaluate(data_cfg, model, json_out)
-    typer.echo(f"{model}: accuracy {result.accuracy:.4f} on {result.n} dev rows")
+    echo(f"{model}: accuracy {result.accuracy:.4f} on {result.n} dev rows")
 
 
 @app.command()
@@ -700,7 +701,7 @@ def trim(
     from edgekd.stages.trim import trim as run_trim
 
     r = run_trim(student_dir, out, min_freq, keep_top, overwrite)
-    typer.echo(
+    echo(
         f"vocabulary {r.vocab_before:,} → {r.vocab_after:,} tokens, dev accuracy "
         f"{r.dev_accuracy_before:.4f} → {r.dev_accuracy_after:.4f} → {out}"
     )
@@ -723,7 +724,7 @@ def bundle(
     from edgekd.stages.bundle import make_bundle
 
     archive = make_bundle(export_dir, out, model, overwrite)
-    typer.echo(f"bundle → {out} and {archive}")
+    echo(f"bundle → {out} and {archive}")
 
 
 @app.command()
@@ -765,11 +766,13 @@ def predict(
     results = (model or Bundle(bundle_path, threads)).predict(rows)
     for text, r in zip(rows, results, strict=True):
         if json_out:
-            typer.echo(json.dumps({"text": text, **r}, ensure_ascii=False))
+            typer.echo(printable_json(json.dumps({"text": text, **r}, ensure_ascii=False)))
         else:
-            probs = "  ".join(f"{k} {v:.3f}" for k, v in r["probabilities"].items())
+            # Tab-separated: each field passes `printable`, so a text's tab, line break
+            # or escape sequence cannot add a column, a row or a colour.
+            probs = "  ".join(f"{printable(k)} {v:.3f}" for k, v in r["probabilities"].items())
             shown = text if isinstance(text, str) else " ⟂ ".join(text)
-            typer.echo(f"{r['label']}\t{probs}\t{shown}")
+            typer.echo(f"{printable(r['label'])}\t{probs}\t{printable(shown)}")
 
 
 @app.command()
@@ -963,13 +966,17 @@ def check(
     for flag, path in (("--baseline", baseline), ("--budget", budget)):
         if path is not None and not path.exists():
             raise EdgeKDError(f"{flag} {path} does not exist; check the path")
-    timing = ProfileConfig(
-        devices=[device or "local-cpu"],
-        hosts={device: host} if device and host else {},
-        runs=runs,
-        trials=trials,
-        seq_lens=[seq_len],
-        processes=processes,
+    timing = validate(
+        ProfileConfig,
+        {
+            "devices": [device or "local-cpu"],
+            "hosts": {device: host} if device and host else {},
+            "runs": runs,
+            "trials": trials,
+            "seq_lens": [seq_len],
+            "processes": processes,
+        },
+        "options",
     )
     result = run_check(
         budget, artifacts, device=device, sets=parse_sets(set_), baseline=baseline, timing=timing
@@ -977,7 +984,7 @@ def check(
     summary = os.environ.get("GITHUB_STEP_SUMMARY") if github_summary else None
     write_ci_outputs(result, junit, bench_json, summary, bmf, markdown)
     if json_out == "-":
-        typer.echo(result.model_dump_json(indent=2))
+        typer.echo(printable_json(result.model_dump_json(indent=2)))
     else:
         print_check(result)
         if json_out:
@@ -1048,7 +1055,7 @@ def plan(
     cfg = validate(PlanConfig, apply_sets(raw, parse_sets(set_), PlanConfig), "plan options")
     result = run_plan(cfg, load_budget(budget), out, overwrite)
     print_plan(result)
-    typer.echo(f"plan → {out}")
+    echo(f"plan → {out}")
 
 
 @app.command("run")
@@ -1081,7 +1088,7 @@ def report(
     from edgekd.stages.report import report as write_report
 
     page = write_report(run_dir, out, overwrite=overwrite)
-    typer.echo(f"wrote {page}")
+    echo(f"wrote {page}")
 
 
 @app.command()
@@ -1108,7 +1115,7 @@ def devices(
         where = where or ("set host" if spec.runner == "ssh" else "this machine")
         if spec.runner == "adb" and not own.get("serial"):
             where = "the one attached phone"
-        typer.echo(
+        echo(
             f"{name}: runner={spec.runner} ({where}) threads={spec.threads} "
             f"preset={spec.int8_preset()} — {spec.description}"
         )

@@ -6,8 +6,11 @@ each artifact (`save_config`) so any result can be reproduced from it.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
@@ -39,6 +42,51 @@ Preset = Literal["auto", "avx2", "avx512_vnni", "arm64"]
 Calibration = Literal["minmax", "entropy", "percentile"]
 
 
+# Seeds reach numpy's RandomState/default_rng, which take 0 ≤ seed < 2**32 (a larger
+# or negative one raised only after the teacher had labelled every row).
+SEED_LIMIT = 2**32
+SEED_RANGE = "0 ≤ seed < 2**32, numpy's limit"
+
+
+def seed_field(description: str) -> Any:
+    """A seed field: 0 by default, checked against numpy's range when the config is read."""
+    return Field(0, ge=0, lt=SEED_LIMIT, description=f"{description} ({SEED_RANGE}).")
+
+
+# Tokens per example: BERT-style models ship 512 positions, long-context encoders up to
+# 8,192; past that a batch of 64 rows of attention scores (64·12 heads·8192² fp32)
+# is 206 GB, so no config of a text classifier on an edge device means it.
+MAX_TOKENS = 8192
+
+# Student sizes (each student's options use these): an edge student is far smaller than
+# its teacher, and these are past the largest encoders anyone distils from.
+# - widths (embedding, hidden, LSTM units) ≤ 4,096: a BiLSTM of 4·(h·(e+h)+2h)·2 params
+#   at h = e = 4,096 is 268M params, 1.1 GB in fp32 (4.3 GB with Adam's gradients and
+#   moments); `hidden_size=100000` asked for a 160 GB allocation.
+MAX_WIDTH = 4096
+# - inner (FFN, MLP) widths ≤ 16,384: 4 × the widest hidden above, BERT's ratio.
+MAX_INNER = 16384
+# - layers ≤ 48 (BERT-large has 24), attention heads ≤ 64 (BERT-large: 16).
+MAX_LAYERS = 48
+MAX_HEADS = 64
+# - a word vocabulary ≤ 1,000,000 rows (BERT's WordPiece has 30,522).
+MAX_VOCAB = 1_000_000
+# - and the whole student ≤ 350M params, BERT-large's 335M rounded up: 16 bytes a param
+#   to train (weights, gradients, Adam's two moments) is 5.6 GB. Each student estimates
+#   its count from its options before anything is allocated.
+MAX_STUDENT_PARAMS = 350_000_000
+
+
+def check_student_params(params: int, what: str) -> None:
+    """Refuse a student of more than MAX_STUDENT_PARAMS parameters (estimated from its
+    options, `what` saying which), before a tensor is allocated."""
+    if params > MAX_STUDENT_PARAMS:
+        raise ValueError(
+            f"the student would have ~{params / 1e6:,.0f}M parameters ({what}), over the "
+            f"{MAX_STUDENT_PARAMS / 1e6:,.0f}M cap of an edge student; lower those options"
+        )
+
+
 class StrictModel(BaseModel):
     # Unknown keys are errors: a typo in a YAML file must not be silently ignored. Values
     # are strict: a boolean is not a number (`min_accuracy: false` must not become a
@@ -64,7 +112,7 @@ class DataConfig(StrictModel):
     )
     max_train: int | None = Field(None, ge=1, description="Random subsample of training rows.")
     max_dev: int | None = Field(None, ge=1, description="Random subsample of dev rows.")
-    seed: int = Field(0, description="Seed for subsampling and for a held-out dev split.")
+    seed: int = seed_field("Seed for subsampling and for a held-out dev split")
     encoding: str = Field("utf-8", description="Text encoding of local data files.")
 
 
@@ -76,7 +124,9 @@ class TeacherConfig(StrictModel):
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
     warmup_ratio: float = Field(0.06, ge=0, lt=1, description="Linear warm-up share of steps.")
     batch_size: int = Field(32, ge=1, description="Rows per optimiser step (rows).")
-    max_length: int = Field(64, ge=8, description="Tokens per example, longer ones truncated.")
+    max_length: int = Field(
+        64, ge=8, le=MAX_TOKENS, description="Tokens per example, longer ones truncated."
+    )
     eval_every: int = Field(
         300,
         ge=1,
@@ -88,7 +138,7 @@ class TeacherConfig(StrictModel):
         description="Training rows held out to pick the kept weights (as in distill); dev is "
         "never read to choose. 0: keep the last.",
     )
-    seed: int = Field(0, description="Seed for subsampling, initialisation and batch order.")
+    seed: int = seed_field("Seed for subsampling, initialisation and batch order")
 
 
 # Per-epoch schedules for loss attributes (temperature, ce_weight, ...), as data:
@@ -137,7 +187,7 @@ class AugmentConfig(StrictModel):
         "dataset's whole sentences, whose parts it already holds; every text otherwise), "
         "or all.",
     )
-    seed: int = 0
+    seed: int = seed_field("Seed for drawing the augmented variants")
 
     @model_validator(mode="before")
     @classmethod
@@ -265,13 +315,19 @@ class DistillConfig(StrictModel):
         "checked ≥ 99.5% agreement), fp32 ONNX (onnx), int8 ONNX (onnx-int8) or PyTorch.",
     )
     teacher_batch_size: int = Field(64, ge=1, description="Rows per teacher forward pass.")
-    teacher_max_length: int = Field(128, ge=8, description="Teacher tokens per example.")
+    teacher_max_length: int = Field(
+        128,
+        ge=8,
+        le=MAX_TOKENS,
+        description="Teacher tokens per example; a teacher with fewer positions is refused "
+        "(the default 128 is lowered to such a teacher's positions).",
+    )
     cache_dir: str | None = Field(
         None,
         description="edgekd's cache folder (teacher logits, ONNX teachers, augmented rows); "
         "default $EDGEKD_CACHE or ~/.cache/edgekd.",
     )
-    seed: int = Field(0, description="Seed for subsampling, augmentation, init and batches.")
+    seed: int = seed_field("Seed for subsampling, augmentation, init and batches")
 
     @model_validator(mode="before")
     @classmethod
@@ -319,6 +375,77 @@ class DistillConfig(StrictModel):
             AUGMENTERS.options(method, f"augment.methods.{method.name}")
         return self
 
+    @model_validator(mode="after")
+    def _teacher_positions(self) -> DistillConfig:
+        # A teacher reads at most max_position_embeddings tokens: a longer
+        # teacher_max_length failed inside its forward pass (an index error, exit 4) on
+        # the first long text, after data had loaded. Checked here for teachers that are
+        # local folders; the default 128 drops to a smaller teacher's positions.
+        from edgekd.registry import STUDENTS
+
+        fields = STUDENTS.config_model(self.student.name).model_fields
+        for teacher in [self.teacher, *self.extra_teachers]:
+            positions = teacher_positions(teacher)
+            if positions is None:
+                continue
+            # A BERT-style student copies the teacher's positions unless told otherwise.
+            copies = {"max_position_embeddings", "max_length"} <= set(fields) and (
+                "max_position_embeddings" not in self.student.options
+            )
+            length = copies and self.student.options.get("max_length", fields["max_length"].default)
+            if teacher == self.teacher and copies and length > positions:
+                raise ValueError(
+                    f"student.options.max_length {length} exceeds the teacher {teacher}'s "
+                    f"max_position_embeddings {positions}, which the student copies; set "
+                    f"student.options.max_length ≤ {positions}"
+                )
+            if self.teacher_max_length <= positions:
+                continue
+            if "teacher_max_length" not in self.model_fields_set:
+                self.teacher_max_length = max(8, positions)
+                continue
+            raise ValueError(
+                f"teacher_max_length {self.teacher_max_length} exceeds the teacher {teacher}'s "
+                f"max_position_embeddings {positions}; set teacher_max_length ≤ {positions}"
+            )
+        return self
+
+
+def teacher_positions(teacher: str) -> int | None:
+    """Tokens a local teacher folder's model can read (its config.json's
+    max_position_embeddings, less RoBERTa's padding offset); None when unknown (a hub id,
+    no config, or a config without the field)."""
+    path = Path(teacher) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(read_regular(path, "teacher config", "fix the teacher", MAX_JSON_BYTES))
+    except (EdgeKDError, ValueError):
+        return None  # the teacher's own loading says what is wrong with it
+    if not isinstance(data, dict):
+        return None
+    positions = data.get("max_position_embeddings")
+    if not isinstance(positions, int) or isinstance(positions, bool) or positions < 1:
+        return None
+    # RoBERTa-style position ids start after the padding index: 514 positions read 512.
+    if "roberta" in str(data.get("model_type", "")) or data.get("model_type") == "camembert":
+        pad = data.get("pad_token_id", 1)
+        positions -= (pad if isinstance(pad, int) else 1) + 1
+    return positions if positions >= 1 else None
+
+
+# Export and timing ranges:
+# - opsets from 13 (the oldest the exporters emit: LayerNormalization, QDQ per-channel)
+#   up to the installed onnx's newest (checked in ExportConfig, as it varies).
+MIN_OPSET = 13
+# - a fixed-shape batch ≤ 4,096 rows: an edge accelerator runs batch 1..64.
+MAX_BATCH = 4096
+# - 1,024 threads or processes: past the largest CPUs (a 2-socket 192-core host has 768
+#   hardware threads).
+MAX_THREADS = 1024
+# - 1,000,000 timed runs: at 1 ms a run, 17 minutes; 200 is the default.
+MAX_RUNS = 1_000_000
+
 
 class ProfileConfig(StrictModel):
     """`edgekd profile` and a recipe's profile stage: batch-1 timing on each device."""
@@ -328,30 +455,62 @@ class ProfileConfig(StrictModel):
     )
     hosts: dict[str, str] = Field(default_factory=dict, description="ssh device → [user@]host.")
     threads: int | None = Field(
-        None, ge=0, description="onnxruntime intra-op threads (0: all cores); unset: the device's."
+        None,
+        ge=0,
+        le=MAX_THREADS,
+        description="onnxruntime intra-op threads (0: all cores); unset: the device's.",
     )
-    runs: int = Field(200, ge=1, description="Timed runs in all, split into trials.")
-    trials: int = Field(5, ge=1, description="Trials; p50/p90 are medians of the trials' own.")
-    warmup: int = Field(20, ge=0, description="Untimed runs first.")
+    # The upper bounds of runs, trials, processes and seq_lens are checked in
+    # `_ranges` below, as an EdgeKDError: `edgekd check` builds this model directly from
+    # its flags, where a pydantic error would not be turned into one line.
+    runs: int = Field(
+        200, ge=1, description=f"Timed runs in all, split into trials (≤ {MAX_RUNS:,})."
+    )
+    trials: int = Field(
+        5, ge=1, description="Trials; p50/p90 are medians of the trials' own (≤ runs)."
+    )
+    warmup: int = Field(20, ge=0, le=MAX_RUNS, description="Untimed runs first.")
     seq_lens: list[int] = Field(
         default_factory=lambda: [64],
         min_length=1,
         description="Tokens per synthetic input; several: a sweep.",
     )
     vs: str | None = Field(None, description="Time this second model alternately; the ratio.")
-    processes: int = Field(1, ge=1, description="--vs: agent processes (interval spans them).")
+    processes: int = Field(
+        1, ge=1, description=f"--vs: agent processes (interval spans them; ≤ {MAX_THREADS:,})."
+    )
 
     @model_validator(mode="after")
     def _runs_cover_trials(self) -> ProfileConfig:
         if self.runs < self.trials:
             raise ValueError(f"runs {self.runs} < trials {self.trials}: each trial needs a run")
-        if min(self.seq_lens) < 1:
-            raise ValueError(f"seq_lens {self.seq_lens}: lengths are at least 1 token")
+        return self
+
+    @model_validator(mode="after")
+    def _ranges(self) -> ProfileConfig:
+        # EdgeKDError, not ValueError: pydantic passes it through unchanged, so a direct
+        # `ProfileConfig(...)` (edgekd check) refuses in one line too.
+        if min(self.seq_lens) < 1 or max(self.seq_lens) > MAX_TOKENS:
+            raise EdgeKDError(
+                f"seq_lens {self.seq_lens}: lengths are 1..{MAX_TOKENS:,} tokens (and at "
+                "most the model's max_position_embeddings); fix --seq-len / seq_lens"
+            )
+        if self.runs > MAX_RUNS:
+            raise EdgeKDError(f"runs {self.runs:,} is over {MAX_RUNS:,}; fix --runs / runs")
+        if self.processes > MAX_THREADS:
+            raise EdgeKDError(
+                f"processes {self.processes:,} is over {MAX_THREADS:,}; fix --processes"
+            )
         return self
 
 
 class ExportConfig(StrictModel):
-    opset: int = Field(17, ge=13, description="ONNX opset of the exported graph.")
+    opset: int = Field(
+        17,
+        ge=MIN_OPSET,
+        description=f"ONNX opset of the exported graph: {MIN_OPSET} up to what the installed "
+        "onnx supports (onnx.defs.onnx_opset_version()).",
+    )
     # The CLI spells int8 as a flag (`edgekd export --int8`, off unless given); a recipe
     # or the Python API ships int8 unless told not to, as a budget gates int8 by default.
     int8: StrictBool = Field(
@@ -371,7 +530,11 @@ class ExportConfig(StrictModel):
         "minmax", description="Static int8: how activation ranges are calibrated."
     )
     calibration_samples: int = Field(
-        256, ge=1, description="Static int8: training rows run for calibration (rows)."
+        # 100,000 rows: ranges settle within a few hundred; more only costs time.
+        256,
+        ge=1,
+        le=100_000,
+        description="Static int8: training rows run for calibration (rows).",
     )
     guard: bool = Field(
         True, description="Time int8 against fp32 here; keep int8 only if it is faster."
@@ -428,6 +591,32 @@ class ExportConfig(StrictModel):
         description="More registered export formats, each a name or {name, options} "
         "(the built-in onnx, int8, ort and pte have the switches above).",
     )
+
+    @field_validator("opset")
+    @classmethod
+    def _opset_known(cls, value: int) -> int:
+        import onnx
+
+        newest = onnx.defs.onnx_opset_version()
+        if value > newest:
+            raise ValueError(
+                f"opset {value} is newer than the installed onnx {onnx.__version__} knows "
+                f"({newest}); use {MIN_OPSET}..{newest}"
+            )
+        return value
+
+    @field_validator("fixed_shape")
+    @classmethod
+    def _fixed_shape_sane(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        batch, seq = (int(n) for n in value.split("x"))
+        if not (1 <= batch <= MAX_BATCH and 1 <= seq <= MAX_TOKENS):
+            raise ValueError(
+                f"fixed_shape {value}: BATCHxSEQUENCE takes batch 1..{MAX_BATCH:,} and "
+                f"sequence 1..{MAX_TOKENS:,} (at most the model's max_position_embeddings)"
+            )
+        return value
 
     @field_validator("formats")
     @classmethod
@@ -513,12 +702,14 @@ class PlanConfig(StrictModel):
     )
     device: str = Field("local-cpu", description="Device name or spec path to time on.")
     host: str | None = Field(None, description="[user@]host of an ssh device.")
-    threads: int | None = Field(None, ge=0, description="Unset: the budget's thread count.")
-    seq_len: int | None = Field(
-        None, ge=1, description="Tokens per timed input; unset: median dev length."
+    threads: int | None = Field(
+        None, ge=0, le=MAX_THREADS, description="Unset: the budget's thread count."
     )
-    runs: int = Field(200, ge=1)
-    trials: int = Field(5, ge=1)
+    seq_len: int | None = Field(
+        None, ge=1, le=MAX_TOKENS, description="Tokens per timed input; unset: median dev length."
+    )
+    runs: int = Field(200, ge=1, le=MAX_RUNS)
+    trials: int = Field(5, ge=1, le=MAX_RUNS)
     top: int = Field(3, ge=1, description="Candidates a recipe's `variants: plan` distils.")
     export: ExportConfig = Field(
         default_factory=lambda: ExportConfig(), description="As each student would be exported."
@@ -537,12 +728,162 @@ class PlanConfig(StrictModel):
 M = TypeVar("M", bound=BaseModel)
 
 
+# Limits on a config file (YAML or JSON), checked while it is read so a crafted file
+# is refused with one line instead of hanging or exhausting memory:
+# - 1 MiB: the largest config edgekd ships (a recipe) is ~1.5 KB and a plan grid of a
+#   hundred candidates ~10 KB; anything near a megabyte is the wrong file.
+MAX_CONFIG_BYTES = 1 << 20
+# - 64 levels: edgekd's deepest config nests 5 (recipe → distill → augment → methods →
+#   options); the parsers recurse per level, so 10,000 `[` would end in a RecursionError.
+MAX_DEPTH = 64
+# - 100,000 values once aliases are expanded: a 1 KB YAML file of nested aliases
+#   ("billion laughs") names 10^9 values, which validating would walk one by one; a real
+#   config has a few hundred.
+MAX_NODES = 100_000
+# A JSON file edgekd itself wrote (a manifest, an export report, a student's label
+# names): the largest is a bundle manifest carrying dev predictions, 2 bytes a row
+# (~1 MB for 500k rows); 64 MiB is far above any real one.
+MAX_JSON_BYTES = 64 << 20
+
+FILE_KINDS = {  # what a stat mode that is no regular file or folder names
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFLNK: "a symlink",
+}
+
+
+def read_regular(path: str | Path, what: str, fix: str, limit: int | None = None) -> bytes:
+    """The bytes of the user-named file `path`, refused in one line (naming `what` and
+    `fix`) unless it is a regular file of at most `limit` bytes.
+
+    Opened non-blocking and checked on the open descriptor: a FIFO, device or socket is
+    refused before a read could block on it (a FIFO as --config hung forever), and a
+    file swapped for one between a check and the open cannot slip through."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise EdgeKDError(f"{what} {path} does not exist; check the path") from None
+    except PermissionError:
+        raise EdgeKDError(f"cannot read {what} {path} (permission denied); {fix}") from None
+    except OSError as e:  # a socket (ENXIO), a loop of links (ELOOP), ...
+        raise EdgeKDError(f"cannot open {what} {path} ({e.strerror}); {fix}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)  # before a file object exists: one refuses a folder fd itself
+        if stat.S_ISDIR(mode):
+            raise EdgeKDError(f"{what} {path} is a folder; {fix}")
+        kind = FILE_KINDS.get(stat.S_IFMT(mode), "a special file")
+        raise EdgeKDError(f"{what} {path} is {kind}, not a regular file; {fix}")
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as f:
+        if limit is None:
+            return f.read()
+        data = f.read(limit + 1)  # the file may grow after fstat: read no more than this
+    if len(data) > limit:
+        raise EdgeKDError(
+            f"{what} {path} is larger than {limit:,} bytes, which no real one reaches; {fix}"
+        )
+    return data
+
+
+class YAMLRefused(yaml.YAMLError):
+    """Well-formed YAML that edgekd will not read: a key twice in one mapping, nesting
+    past MAX_DEPTH, more than MAX_NODES values once aliases are expanded, or an alias
+    that contains itself. Its message says what and where, without the file name."""
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader (plain data only, never Python objects) that reads `1e-3` as a number.
+    """SafeLoader (plain data only, never Python objects) that reads `1e-3` as a number,
+    and refuses what YAMLRefused lists.
 
     YAML 1.1, which PyYAML implements, wants a dot in a float (`1.0e-3`) and reads
     `1e-3` as a string; with strict config fields that would reject the way everyone
     writes a learning rate. YAML 1.2's float pattern fixes it."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        # The composer recurses once per level: stop at MAX_DEPTH, long before Python's
+        # recursion limit, and before the rest of the document is even parsed.
+        nests = self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent)
+        if nests:
+            self._depth += 1
+            if self._depth > MAX_DEPTH:
+                line = self.peek_event().start_mark.line + 1
+                raise YAMLRefused(f"line {line}: nested deeper than {MAX_DEPTH} levels")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            if nests:
+                self._depth -= 1
+
+    def get_single_node(self) -> Any:
+        node = super().get_single_node()
+        if node is not None:
+            _expanded_size(node, 1, {}, set())
+        return node
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        # Before SafeLoader merges `<<:` keys (a merge may override, by design): the
+        # keys written in this mapping itself must differ, or the last would silently win.
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: SafeLoader names it below
+                    continue
+                if duplicate:
+                    raise YAMLRefused(
+                        f"line {key_node.start_mark.line + 1}: key {key!r} appears twice in "
+                        "one mapping (the last would silently win)"
+                    )
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_size(
+    node: Any, level: int, memo: dict[int, tuple[int, int]], path: set[int]
+) -> tuple[int, int]:
+    """(values under `node` with every alias expanded, its nesting height); refuses a
+    document past MAX_NODES or MAX_DEPTH that way, or an alias that holds itself. Each
+    node is walked once (an alias shares its anchor's node), at most MAX_DEPTH deep."""
+    if isinstance(node, yaml.ScalarNode):
+        return 1, 0
+    key = id(node)
+    line = node.start_mark.line + 1
+    if key in path:
+        raise YAMLRefused(f"line {line}: an alias refers to a list or mapping that holds it")
+    if key not in memo:
+        if level > MAX_DEPTH:
+            raise YAMLRefused(f"line {line}: nested deeper than {MAX_DEPTH} levels (via aliases)")
+        path.add(key)
+        children = (
+            node.value
+            if isinstance(node, yaml.SequenceNode)
+            else [n for pair in node.value for n in pair]
+        )
+        count, height = 1, 0
+        for child in children:
+            n, h = _expanded_size(child, level + 1, memo, path)
+            count, height = count + n, max(height, h)
+            if count > MAX_NODES:
+                raise YAMLRefused(
+                    f"line {line}: more than {MAX_NODES:,} values once aliases are expanded"
+                )
+        path.discard(key)
+        memo[key] = (count, height + 1)
+    count, height = memo[key]
+    if level + height - 1 > MAX_DEPTH:
+        raise YAMLRefused(f"line {line}: nested deeper than {MAX_DEPTH} levels (via aliases)")
+    return count, height
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -564,26 +905,94 @@ _Loader.add_implicit_resolver(
 
 
 def parse_yaml(text: str) -> Any:
-    """YAML text as plain data (a file's, or one `key=value` override's value)."""
+    """YAML text as plain data (a file's, or one `key=value` override's value); raises
+    YAMLRefused for a repeated key, deep nesting or an alias bomb."""
     return yaml.load(text, Loader=_Loader)
 
 
 def load_yaml(path: str | Path) -> Any:
-    """Read YAML as plain data; a SafeLoader never constructs Python objects."""
+    """Read YAML (or JSON, which is YAML) as plain data; a SafeLoader never constructs
+    Python objects. A file that is not a regular one, is over MAX_CONFIG_BYTES, repeats
+    a key, or nests past MAX_DEPTH is refused in one line naming it."""
+    data = read_regular(
+        path, "config file", "pass the YAML file itself (a regular file)", MAX_CONFIG_BYTES
+    )
     try:
-        with open(path, encoding="utf-8") as f:
-            return parse_yaml(f.read())
-    except FileNotFoundError:
-        raise EdgeKDError(f"config file {path} does not exist; check the path", 2) from None
-    except IsADirectoryError:
-        raise EdgeKDError(f"{path} is a folder; pass the YAML file", 2) from None
+        return parse_yaml(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise EdgeKDError(
             f"{path} is not UTF-8 text (byte offset {e.start}); save it as UTF-8", 2
         ) from None
+    except YAMLRefused as e:
+        raise EdgeKDError(f"{path} {e}; fix that file", 2) from None
     except yaml.YAMLError as e:
         first = str(e).splitlines()[0]
         raise EdgeKDError(f"{path} is not valid YAML ({first}); fix the syntax", 2) from None
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+# A JSON token that opens or closes a level, or a string (skipped whole: its brackets
+# are text).
+_JSON_NESTING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _json_depth_ok(text: str) -> bool:
+    """Whether no point in `text` is nested deeper than MAX_DEPTH (counted before
+    parsing: the parser recurses per level)."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:  # the usual case, at C speed
+        return True
+    depth = 0
+    for m in _JSON_NESTING.finditer(text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return False
+        elif c in "]}":
+            depth -= 1
+    return True
+
+
+def parse_json(text: str, source: str) -> Any:
+    """JSON text as plain data, refusing (one line naming `source`) a key twice in one
+    object (json.loads keeps the last silently) and nesting past MAX_DEPTH. Malformed
+    JSON raises json.JSONDecodeError, for the caller to phrase with its fix."""
+    if not _json_depth_ok(text):
+        raise EdgeKDError(
+            f"{source} is nested deeper than {MAX_DEPTH} levels, which no real file is; "
+            "fix or re-create it"
+        )
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as e:
+        raise EdgeKDError(
+            f"{source} has the key {e.args[0]!r} twice in one object (the last would "
+            "silently win); keep one"
+        ) from None
+
+
+def load_json(path: str | Path, fix: str, limit: int = MAX_JSON_BYTES) -> Any:
+    """A JSON file's data, read as `read_regular` and `parse_json` check; `fix` says how
+    to re-create a file that fails (e.g. "re-create it with `edgekd export`")."""
+    data = read_regular(path, "file", fix, limit)
+    try:
+        return parse_json(data.decode("utf-8"), str(path))
+    except UnicodeDecodeError as e:
+        raise EdgeKDError(f"{path} is not UTF-8 text (byte offset {e.start}); {fix}") from None
+    except json.JSONDecodeError as e:
+        raise EdgeKDError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}); {fix}") from None
 
 
 def load_fields(path: str | Path | None) -> dict[str, Any]:
@@ -621,6 +1030,8 @@ def parse_sets(pairs: list[str] | None, flag: str = "--set") -> dict[str, Any]:
             raise EdgeKDError(f"{flag} {pair!r} is not field=value; e.g. {flag} epochs=4")
         try:
             out[key.strip()] = parse_yaml(value)
+        except YAMLRefused as e:
+            raise EdgeKDError(f"{flag} {pair!r}: the value {e}; fix it") from None
         except yaml.YAMLError:  # an unbalanced [ or {
             raise EdgeKDError(f"{flag} {pair!r}: the value is not YAML; quote it") from None
     return out

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekd.config import DataConfig
+from edgekd.config import DataConfig, parse_json, read_regular
 from edgekd.errors import EdgeKDError
 
 TEXT_COLUMNS = ("sentence", "text", "content", "review", "document", "sentence1", "question")
@@ -219,8 +219,9 @@ def _pick(
 
 
 def _read_text(path: Path, cfg: DataConfig) -> str:
-    """The file decoded whole, so a bad byte is named by its offset in the file."""
-    data = path.read_bytes()
+    """The file decoded whole, so a bad byte is named by its offset in the file. Only a
+    regular file is opened: a FIFO or device is refused before a read could block."""
+    data = read_regular(path, "data file", "pass a .tsv, .csv or .jsonl file (a regular file)")
     try:
         return data.decode(cfg.encoding)
     except LookupError:
@@ -297,7 +298,7 @@ def _read_jsonl(path: Path, cfg: DataConfig) -> RawSplit:
     records: list[Any] = []
     if text.lstrip().startswith("["):
         try:
-            records = json.loads(text)
+            records = parse_json(text, str(path))
         except json.JSONDecodeError as e:
             raise EdgeKDError(
                 f"{path} is not a valid JSON array ({e.msg}, line {e.lineno}); fix it or "
@@ -308,7 +309,7 @@ def _read_jsonl(path: Path, cfg: DataConfig) -> RawSplit:
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
+                records.append(parse_json(line, f"{path} line {n}"))
             except json.JSONDecodeError as e:
                 raise EdgeKDError(
                     f"{path} line {n} is not JSON ({e.msg}); one object per line"
@@ -330,7 +331,17 @@ def _read_jsonl(path: Path, cfg: DataConfig) -> RawSplit:
         for col in (text_col, label_col, pair_col):
             if col is not None and col not in r:
                 raise EdgeKDError(f"{path} record {n + 1} lacks {col!r}; add the field")
-        texts.append(str(r[text_col]) if pair_col is None else (r[text_col], r[pair_col]))
+        for col in (text_col, pair_col):
+            # A text is a string (a number reads as its digits); an object or list would
+            # train on its Python repr, so it is refused.
+            if col is not None and isinstance(r[col], dict | list):
+                kind = "an object" if isinstance(r[col], dict) else "a list"
+                raise EdgeKDError(
+                    f"{path} record {n + 1}: {col!r} holds {kind}, not text; write the text "
+                    "as a string, or name the text field with --text-column"
+                )
+        text = r[text_col] if r[text_col] is None else str(r[text_col])  # None: no text
+        texts.append(text if pair_col is None else (r[text_col], r[pair_col]))
         labels.append(r[label_col])
     return RawSplit(texts, labels, str(path), first_row=1)
 
@@ -344,15 +355,29 @@ def _read_file(path: Path, cfg: DataConfig) -> RawSplit:
 
 
 def _find_split_file(folder: Path, names: tuple[str, ...]) -> Path | None:
+    """The one file of `folder` holding the first split of `names` found, as NAME.tsv,
+    .csv, .jsonl or .json. Two files for one split (train.tsv and train.csv) are refused,
+    never one picked silently. The file must be a regular file in `folder` itself: a
+    symlink there is refused (`file_inside`)."""
+    from edgekd.artifacts import file_inside
+
     for name in names:
-        for suffix in SUFFIXES:
-            if (folder / f"{name}{suffix}").is_file():
-                return folder / f"{name}{suffix}"
+        found = [
+            f"{name}{suffix}" for suffix in SUFFIXES if os.path.lexists(folder / f"{name}{suffix}")
+        ]
+        if len(found) > 1:
+            raise EdgeKDError(
+                f"{folder} holds {' and '.join(found)} for the one {name} split; move the "
+                f"ones not to use out of that folder, or pass one file alone with --data "
+                f"{folder / found[0]}"
+            )
+        if found:
+            return file_inside(folder, found[0], "pass the data file itself with --data FILE")
     return None
 
 
 def _load_local(path: Path, cfg: DataConfig) -> tuple[RawSplit, RawSplit | None]:
-    if path.is_file():
+    if not path.is_dir():  # a file; anything but a regular one is refused when read
         return _read_file(path, cfg), None
     if (path / "dataset_dict.json").is_file():  # a `DatasetDict.save_to_disk` folder
         import datasets

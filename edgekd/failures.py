@@ -4,7 +4,8 @@ The CLI turns an `EdgeKDError` into `error: <message>`; everything else raised b
 command comes here first. What a user's input can cause (a missing or unreadable file,
 a folder where a file belongs, a corrupt model or weights file) gets a one-line reason
 and exit 2; anything else is a bug: exit 4 with a line that says how to see the
-traceback (`--debug` or EDGEKD_DEBUG=1).
+traceback (`--debug` or EDGEKD_DEBUG=1). The line passes `printable`: a file name or
+an exception's text may hold escape sequences, and they print as `\\x1b`, never raw.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import errno
 import json
 
-from edgekd.errors import BAD_INPUT, INTERNAL_ERROR
+from edgekd.errors import BAD_INPUT, INTERNAL_ERROR, printable
 
 # Class names, so that reading them needs no import of onnxruntime, onnx or safetensors.
 CORRUPT_MODEL = {
@@ -32,6 +33,11 @@ def first_line(e: BaseException, limit: int = 160) -> str:
 
 def describe(e: BaseException) -> tuple[str, int]:
     """The one line and exit code for an exception that is not an `EdgeKDError`."""
+    message, code = _describe(e)
+    return printable(message), code
+
+
+def _describe(e: BaseException) -> tuple[str, int]:
     if isinstance(e, OSError) and e.filename is not None:
         name = e.filename
         if isinstance(e, FileNotFoundError):

@@ -8,8 +8,11 @@ import hashlib
 import json
 import os
 import shutil
+import stat
+import sys
 import tempfile
-from collections.abc import Iterator
+import unicodedata
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +26,29 @@ MARKER = ".edgekd.json"
 TEMP_TAG = "edgekd"
 
 
+def valid_name(name: object) -> bool:
+    """Whether `name` may be listed in a marker: a normalized relative POSIX path (not
+    absolute; no `..`, `.` or empty component; no backslash, no control character), so
+    that it can only ever name something inside the folder that holds the marker."""
+    if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name:
+        return False
+    if any(unicodedata.category(c) == "Cc" for c in name):  # NUL, newline, DEL, ...
+        return False
+    return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
 def owned_files(folder: Path) -> set[str] | None:
-    """The files `folder`'s marker says edgekd wrote, or None when it has no readable one."""
+    """The files `folder`'s marker says edgekd wrote, or None when it has no readable one.
+    A marker listing any name that is not `valid_name` is no marker at all (a crafted
+    `../../x` must never make a file outside the folder edgekd's to delete)."""
     try:
         data = json.loads((folder / MARKER).read_text(encoding="utf-8"))
         files = data["files"] if data.get("written_by") == "edgekd" else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return {str(f) for f in files} if isinstance(files, list) else None
+    if not isinstance(files, list) or not all(valid_name(f) for f in files):
+        return None
+    return set(files)
 
 
 def files_under(folder: Path) -> set[str]:
@@ -48,6 +66,13 @@ def foreign_files(folder: Path) -> list[str]:
     """Files under `folder` edgekd did not write: listed neither in its marker nor in the
     marker of a sub-folder that is itself edgekd's (a stage folder in a run folder).
     Empty folders are nobody's data and never count."""
+    return _survey(folder)[0]
+
+
+def _survey(folder: Path) -> tuple[list[str], list[Path]]:
+    """`foreign_files`, and the sub-folders that are edgekd's by a marker of their own
+    (not listed by the marker above them), outermost first. Symlinks are not entered."""
+    subs: list[Path] = []
 
     def walk(d: Path, prefix: str, owned: set[str]) -> list[str]:
         out = []
@@ -57,6 +82,7 @@ def foreign_files(folder: Path) -> list[str]:
                 sub = owned_files(p)
                 listed = any(o.startswith(f"{rel}/") for o in owned)
                 if sub is not None and not listed:
+                    subs.append(p)
                     out += walk(p, f"{rel}/", {f"{rel}/{f}" for f in sub | {MARKER}})
                 else:
                     out += walk(p, f"{rel}/", owned)
@@ -64,7 +90,7 @@ def foreign_files(folder: Path) -> list[str]:
                 out.append(rel)
         return out
 
-    return walk(folder, "", (owned_files(folder) or set()) | {MARKER})
+    return walk(folder, "", (owned_files(folder) or set()) | {MARKER}), subs
 
 
 def _write_marker(folder: Path, files: set[str]) -> None:
@@ -115,17 +141,100 @@ def check_output(target: str | Path, overwrite: bool = False, flag: str = "--out
             )
 
 
+def check_not_input(
+    out: str | Path,
+    inputs: Iterable[str | Path | None],
+    flag: str = "--out",
+    nested_ok: bool = False,
+) -> None:
+    """Refuse, before any work, an output path that is one of the command's inputs, lies
+    inside one or holds one: writing it would replace (or delete) what is being read.
+    Inputs are files or folders; one that does not exist (a hub id) is skipped.
+    `nested_ok`: the output may lie inside an input folder without being or holding it
+    (a report in the run folder it reads, an eval.json beside the model)."""
+    target = Path(out).expanduser().resolve()
+    for given in inputs:
+        if not given or not _exists(Path(given).expanduser()):
+            continue
+        source = Path(given).expanduser().resolve()
+        if _same(target, source):
+            how = "is"
+        elif any(_same(target, p) for p in source.parents):
+            how = "holds"
+        elif any(_same(p, source) for p in target.parents) and not (nested_ok and source.is_dir()):
+            how = "lies inside"
+        else:
+            continue
+        raise EdgeKDError(
+            f"{flag} {out} {how} the input {given}, which this command reads; pass a new "
+            f"folder path to {flag}, apart from {given}",
+            OUTPUT_REFUSED,
+        )
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return os.path.lexists(path)
+    except ValueError:  # a NUL in the name: no such file
+        return False
+
+
+def _same(a: Path, b: Path) -> bool:
+    """`a` and `b` (resolved) name one file: equal, or (a case-insensitive file
+    system, a bind mount) one inode."""
+    if a == b:
+        return True
+    try:
+        return os.path.samestat(os.stat(a), os.stat(b))
+    except (OSError, ValueError):
+        return False
+
+
+# Config fields (at any depth) that name a file or folder a command reads: a teacher,
+# data, a base model, a generator, a tokenizer, a recipe's teacher `path` and `budget`.
+INPUT_FIELDS = frozenset(
+    {"teacher", "extra_teachers", "spec", "base", "generator", "tokenizer", "path", "budget"}
+)
+
+
+def config_inputs(fields: Any) -> list[str]:
+    """The strings under `INPUT_FIELDS` keys anywhere in a config's fields (a model_dump,
+    a recipe's plain sections): what `check_not_input` compares an output with. A hub
+    id is among them; `check_not_input` skips what does not exist locally."""
+    found: list[str] = []
+
+    def walk(value: Any, key: str | None) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, str(k))
+        elif isinstance(value, list | tuple):
+            for v in value:
+                walk(v, key)
+        elif isinstance(value, str | Path) and key in INPUT_FIELDS:
+            found.append(str(value))
+
+    walk(fields, None)
+    return found
+
+
 def sweep_temp(target: Path) -> None:
     """Remove temp folders beside `target` that a killed edgekd run left behind: named
-    after `target`, marked as edgekd's, and whose process is gone."""
+    after `target`, marked as edgekd's, and whose process is gone. A folder moved aside
+    (`.old-`) loses only what its marker lists (`_discard`)."""
     if not target.parent.is_dir():
         return
     for p in target.parent.glob(f".{target.name}.*-*"):
+        if p.is_symlink() or not p.is_dir():
+            continue
         kind, _, rest = p.name[len(target.name) + 2 :].partition("-")
         pid, _, tag = rest.partition("-")
         marked = tag.startswith(f"{TEMP_TAG}-") if kind == "tmp" else (p / MARKER).is_file()
-        if kind in ("tmp", "old") and pid.isdigit() and marked and not _alive(int(pid)):
+        if not (pid.isdigit() and marked and not _alive(int(pid))):
+            continue
+        if kind == "tmp":  # made by mkdtemp and written by edgekd alone
             shutil.rmtree(p, ignore_errors=True)
+        elif kind == "old":
+            _discard(p)
 
 
 def _alive(pid: int) -> bool:
@@ -144,7 +253,8 @@ def atomic_dir(target: str | Path, overwrite: bool = False) -> Iterator[Path]:
 
     A new `target` is a rename. An existing one is checked first (`check_output`): a
     folder of edgekd's own files only is swapped whole; with `overwrite`, edgekd's
-    files are replaced one by one and every other file is left as it was."""
+    files are replaced one by one and every other file is left as it was (a file of
+    theirs where edgekd would write, or a symlink it would write through, is refused)."""
     target = Path(target)
     check_output(target, overwrite)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -157,6 +267,15 @@ def atomic_dir(target: str | Path, overwrite: bool = False) -> Iterator[Path]:
         new = files_under(tmp)
         _write_marker(tmp, new)
         check_output(target, overwrite)  # the run may have been long: look again
+        owned = owned_files(target) if target.is_dir() else None
+        if target.is_dir() and files_under(target) and (owned is None or foreign_files(target)):
+            blocked = _in_the_way(target, new, owned or set())
+            if blocked is not None:
+                raise EdgeKDError(
+                    f"--out {target}: edgekd would write over {blocked}, which it did not "
+                    "write; move it away, or pass a new folder path to --out",
+                    OUTPUT_REFUSED,
+                )
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -170,30 +289,106 @@ def atomic_dir(target: str | Path, overwrite: bool = False) -> Iterator[Path]:
         old = target.with_name(f".{target.name}.old-{os.getpid()}")
         target.rename(old)
         tmp.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
+        _discard(old)
     else:  # --overwrite beside foreign files: replace edgekd's, keep theirs
         _remove_owned(target)
         for name in sorted(new):
-            dest = target / name
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp / name, dest)
+            parts = name.split("/")
+            with _open_dirs(target, parts[:-1], create=True) as fds:
+                os.rename(tmp / name, parts[-1], dst_dir_fd=fds[-1])
         _write_marker(target, new)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _in_the_way(target: Path, names: Iterable[str], owned: set[str]) -> str | None:
+    """The first path under `target` that writing `names` there would replace or write
+    through although edgekd did not write it: a file, or a symlink or file where one of
+    its folders goes (an owned file there is deleted first, so it is not in the way)."""
+    for name in sorted(names):
+        parts = name.split("/")
+        for i in range(1, len(parts) + 1):
+            rel = "/".join(parts[:i])
+            try:
+                mode = os.lstat(target / rel).st_mode
+            except FileNotFoundError:
+                break  # nothing there: made fresh from here down
+            if rel in owned and not stat.S_ISDIR(mode):
+                break  # edgekd's own file: deleted first
+            if stat.S_ISDIR(mode) and i < len(parts):
+                continue  # a real folder on the way
+            if not (stat.S_ISDIR(mode) and rel in owned and not any((target / rel).iterdir())):
+                return rel
+            break  # an empty folder of edgekd's
+    return None
+
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+
+
+@contextlib.contextmanager
+def _open_dirs(folder: Path, parts: list[str], create: bool = False) -> Iterator[list[int]]:
+    """Descriptors of `folder` and of each folder `parts` names below it, each opened
+    from the one above without following a symlink: a link, a file or (unless `create`)
+    a missing folder on the way raises OSError, so nothing outside `folder` is reached."""
+    fds = [os.open(folder, _DIR_FLAGS)]
+    try:
+        for part in parts:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=fds[-1])
+            fds.append(os.open(part, _DIR_FLAGS | getattr(os, "O_NOFOLLOW", 0), dir_fd=fds[-1]))
+        yield fds
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def _remove_owned(folder: Path) -> None:
-    """Delete the files `folder`'s marker lists (and folders they leave empty), nothing else."""
+    """Delete the files `folder`'s marker lists, the folders strictly inside it that this
+    leaves empty, and the marker; nothing else (`_remove_listed`)."""
     for name in sorted(owned_files(folder) or set(), reverse=True):
-        path = folder / name
-        if path.is_symlink() or path.is_file():
-            path.unlink()
-        elif path.is_dir() and not any(path.iterdir()):
-            path.rmdir()
-        parent = path.parent
-        while parent != folder and parent.is_dir() and not any(parent.iterdir()):
-            parent.rmdir()
-            parent = parent.parent
-    (folder / MARKER).unlink(missing_ok=True)
+        _remove_listed(folder, name)
+    _remove_listed(folder, MARKER)
+
+
+def _remove_listed(folder: Path, name: str) -> None:
+    """Delete `folder/name` if it is a regular file, a symlink (never what it points
+    to) or an empty folder, reached from `folder` through real folders only (no
+    symlink on the way); then prune the folders on its way that are left empty,
+    deepest first, never `folder` itself. A `name` that is not `valid_name` is skipped."""
+    if not valid_name(name):
+        return
+    parts = name.split("/")
+    try:
+        with _open_dirs(folder, parts[:-1]) as fds:
+            with contextlib.suppress(OSError):
+                mode = os.stat(parts[-1], dir_fd=fds[-1], follow_symlinks=False).st_mode
+                if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+                    os.unlink(parts[-1], dir_fd=fds[-1])
+                elif stat.S_ISDIR(mode):
+                    os.rmdir(parts[-1], dir_fd=fds[-1])  # only if empty
+            for i in range(len(parts) - 1, 0, -1):
+                os.rmdir(parts[i - 1], dir_fd=fds[i - 1])  # stops at one not empty
+    except OSError:
+        return  # missing, not empty, or a symlink or file on the way: left as it is
+
+
+def _discard(old: Path) -> None:
+    """Delete a folder of edgekd's moved aside by a swap: the files its markers list
+    (its own, and those of sub-folders `foreign_files` counts as edgekd's by theirs),
+    then its empty folders, then itself. A file that appeared in it since it was checked
+    is not edgekd's: it stays there, and a note says where."""
+    for sub in reversed(_survey(old)[1]):  # a stage folder inside it, by its own marker
+        _remove_owned(sub)
+    _remove_owned(old)
+    for _, dirs, _, fd in os.fwalk(old, topdown=False):  # never follows a symlink
+        for d in dirs:
+            with contextlib.suppress(OSError):
+                os.rmdir(d, dir_fd=fd)
+    try:
+        old.rmdir()
+    except OSError:
+        print(f"note: kept files edgekd did not write in {old}", file=sys.stderr)
 
 
 def claim_folder(folder: str | Path, overwrite: bool = False) -> Path:

@@ -51,7 +51,7 @@ from edgekd.config import (
     validate,
 )
 from edgekd.errors import EdgeKDError
-from edgekd.io import atomic_dir, claim_folder, sha256_file
+from edgekd.io import atomic_dir, check_not_input, claim_folder, config_inputs, sha256_file
 from edgekd.progress import console
 from edgekd.registry import Component
 
@@ -355,6 +355,8 @@ def run_recipe(
     from edgekd.devices.base import load_spec
 
     recipe = load_recipe(path, overrides)
+    # The run folder never is, holds or lies in its data, teacher, base model or budget file.
+    check_not_input(recipe.out_dir(), config_inputs(recipe.model_dump()))
     # Unreadable or offline data fails here, before the run folder is claimed (the read
     # is kept: the profile stages time these dev texts).
     dev_texts(recipe.data)

@@ -1,6 +1,10 @@
 """How results look on a terminal: rich tables for profiles, sweeps, A/B timings and
 budget checks. Shared by the CLI, quickstart and recipes, so none of them imports the
-CLI."""
+CLI.
+
+Model names, devices, paths, labels and limits come from users and files: each one
+goes into markup through `shown` (its control characters made visible, its `[`
+escaped) and into a plain line through `printable`; the consoles are `SafeConsole`s."""
 
 from __future__ import annotations
 
@@ -10,14 +14,21 @@ from typing import Any
 import typer
 
 from edgekd.artifacts import CheckResult, ExportReport, PlanResult, QuickstartSummary
+from edgekd.errors import printable
+
+
+def echo(line: str) -> None:
+    """One plain line on stdout, its control characters made visible."""
+    typer.echo(printable(line))
 
 
 def print_profile(r: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from edgekd.progress import SafeConsole, shown
+
     table = Table(
-        title=f"{Path(r['model']).name} on {r['device']} ({r['cpu']}), "
+        title=f"{shown(Path(r['model']).name)} on {shown(r['device'])} ({shown(r['cpu'])}), "
         f"{r['threads']} thread(s), batch 1, seq {r['seq_len']}, {r['trials']} trials"
     )
     for col in ("", "p50 ms", "p90 ms", "p99 ms", "IQR ms", "spread", "per s"):
@@ -32,8 +43,8 @@ def print_profile(r: dict[str, Any]) -> None:
             f"{100 * m['trial_spread']:.1f}%",
             f"{m['throughput_per_s']:.0f}",
         )
-    Console().print(table)
-    typer.echo(
+    SafeConsole().print(table)
+    echo(
         f"load {r['load_ms']:.1f} ms, peak RSS {r['peak_rss_mb']:.1f} MB, "
         f"file {r['bytes']:,} B, onnxruntime {r['onnxruntime']}"
     )
@@ -50,15 +61,18 @@ def print_profile(r: dict[str, Any]) -> None:
                 f"{e['p90_ms']:.3f}",
                 f"{e['p50_ms'] / full:.2f}" if full else "—",
             )
-        Console().print(exits)
+        SafeConsole().print(exits)
 
 
 def print_sweep(results: list[dict[str, Any]]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from edgekd.progress import SafeConsole, shown
+
     r0 = results[0]
-    table = Table(title=f"{Path(r0['model']).name} on {r0['device']}, {r0['threads']} thread(s)")
+    table = Table(
+        title=f"{shown(Path(r0['model']).name)} on {shown(r0['device'])}, {r0['threads']} thread(s)"
+    )
     for col in ("seq len", "p50 ms", "p90 ms", "IQR ms", "spread", "e2e p50 ms"):
         table.add_column(col, justify="right")
     for r in results:
@@ -69,16 +83,17 @@ def print_sweep(results: list[dict[str, Any]]) -> None:
             f"{100 * r['trial_spread']:.1f}%",
             "—" if e2e is None else f"{e2e:.3f}",
         )
-    Console().print(table)
+    SafeConsole().print(table)
 
 
 def print_vs(r: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from edgekd.progress import SafeConsole, shown
 
     b = r["vs"]["b"]
     table = Table(
-        title=f"alternating trials on {r['device']}, {r['threads']} thread(s), "
+        title=f"alternating trials on {shown(r['device'])}, {r['threads']} thread(s), "
         f"seq {r['seq_len']}, {r['trials']} trials each × {r['vs'].get('processes', 1)} "
         "process(es)"
     )
@@ -86,15 +101,15 @@ def print_vs(r: dict[str, Any]) -> None:
         table.add_column(col, justify="right")
     for m in (r, b):
         table.add_row(
-            Path(m["model"]).name,
+            shown(Path(m["model"]).name),
             f"{m['bytes']:,}",
             *(f"{m[k]:.3f}" for k in ("p50_ms", "p90_ms", "iqr_ms", "load_ms")),
         )
-    Console().print(table)
+    SafeConsole().print(table)
     ratio = r["vs"]["ratio_b_over_a"]
     lo, hi = r["vs"]["ratio_ci95"]
     a_name, b_name = Path(r["model"]).name, Path(b["model"]).name
-    typer.echo(
+    echo(
         f"{b_name} / {a_name} latency: {ratio:.2f}× (95% CI {lo:.2f}–{hi:.2f}); "
         + (
             f"{a_name} is faster"
@@ -109,36 +124,37 @@ def print_vs(r: dict[str, Any]) -> None:
 def print_check(result: CheckResult) -> None:
     """The verdict as tables: the baseline comparison first (when there is one), then
     the limits; each note (why a metric was not measured) on a line of its own."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from edgekd.progress import SafeConsole, shown
+
+    console = SafeConsole()
     if result.baseline is not None:
-        table = Table(title=f"{result.title()} against {result.baseline}")
+        table = Table(title=f"{shown(result.title())} against {shown(result.baseline)}")
         for col in ("metric", "baseline", "now", "change [95% CI]", "allowed", "status"):
             table.add_column(col)
         for r in result.regressions:
             style = "green" if r.passed else "bold red"
             table.add_row(
-                r.metric,
-                r.value_text(r.baseline),
-                r.value_text(r.now),
-                r.change_text(),
-                r.margin_text(),
-                f"[{style}]{r.status}[/]",
+                shown(r.metric),
+                shown(r.value_text(r.baseline)),
+                shown(r.value_text(r.now)),
+                shown(r.change_text()),
+                shown(r.margin_text()),
+                f"[{style}]{shown(r.status)}[/]",
             )
         console.print(table)
     if result.limits:
-        table = Table(title=result.title())
+        table = Table(title=shown(result.title()))
         for col in ("limit", "threshold", "measured", "status"):
             table.add_column(col)
         for limit in result.limits:
             style = "green" if limit.passed else "bold red"
             table.add_row(
-                limit.limit,
-                limit.threshold_text(),
-                limit.measured_text(),
-                f"[{style}]{limit.status}[/]",
+                shown(limit.limit),
+                shown(limit.threshold_text()),
+                shown(limit.measured_text()),
+                f"[{style}]{shown(limit.status)}[/]",
             )
         console.print(table)
     for note in result.notes:
@@ -147,12 +163,14 @@ def print_check(result: CheckResult) -> None:
 
 def print_plan(result: PlanResult) -> None:
     """The candidates, fitting ones first (ranked), each with what it costs."""
-    from rich.console import Console
     from rich.table import Table
 
-    limits = ", ".join(f"{k} {v:g}" for k, v in result.limits.items())
+    from edgekd.progress import SafeConsole, shown
+
+    limits = ", ".join(f"{shown(k)} {v:g}" for k, v in result.limits.items())
     table = Table(
-        title=f"plan on {result.device}, {result.threads} thread(s), seq {result.seq_len}: {limits}"
+        title=f"plan on {shown(result.device)}, {result.threads} thread(s), "
+        f"seq {result.seq_len}: {limits}"
     )
     for col in (
         "#",
@@ -169,35 +187,35 @@ def print_plan(result: PlanResult) -> None:
     for i, c in enumerate(result.candidates, 1):
         table.add_row(
             str(i) if c.fits else "",
-            c.name,
+            shown(c.name),
             f"{c.params:,}",
-            c.model,
+            shown(c.model),
             f"{c.bundle_bytes:,}",
             "—" if c.p50_ms is None else f"{c.p50_ms:.3f}",
             "—" if c.p90_ms is None else f"{c.p90_ms:.3f}",
             "—" if c.peak_rss_mb is None else f"{c.peak_rss_mb:.0f}",
-            "[green]yes[/]" if c.fits else f"[red]no: {', '.join(c.failed)}[/]",
+            "[green]yes[/]" if c.fits else f"[red]no: {shown(', '.join(c.failed))}[/]",
         )
-    Console().print(table)
+    SafeConsole().print(table)
 
 
 def print_export(r: ExportReport, out: Path) -> None:
     """One line per exported model, then what the validation found."""
     for name, m in r.models.items():
-        typer.echo(
+        echo(
             f"{name}: {m.path} {m.bytes:,} B, accuracy {m.accuracy:.4f}, "
             f"agreement with PyTorch {m.agreement:.4f}"
         )
     if r.int8_refused:
-        typer.echo("int8: not kept, it was not faster than fp32 here (export.json says why)")
+        echo("int8: not kept, it was not faster than fp32 here (export.json says why)")
     if r.e2e is not None:
-        typer.echo(
+        echo(
             f"e2e: {r.e2e.path} {r.e2e.bytes:,} B (from {r.e2e.source}), same label as the "
             f"tokenizer path on {r.e2e.rows:,} of {r.e2e.rows:,} dev rows"
         )
     pte = r.get("executorch")
     if pte and "accuracy" in pte:
-        typer.echo(
+        echo(
             f"executorch: {pte['path']} {pte['bytes']:,} B (int8), accuracy {pte['accuracy']:.4f}, "
             f"agreement with PyTorch {pte['agreement']:.4f}"
         )
@@ -211,8 +229,8 @@ def print_export(r: ExportReport, out: Path) -> None:
             if at is not None
             else ""
         )
-        typer.echo(f"early exit: threshold {ee.threshold:g} ({ee.chosen_by}){where}")
-    typer.echo(
+        echo(f"early exit: threshold {ee.threshold:g} ({ee.chosen_by}){where}")
+    echo(
         f"validated at atol {r.atol:.0e} (max diff {r.models['fp32'].max_abs_diff or 0:.1e}) "
         f"→ {out}"
     )
@@ -223,7 +241,7 @@ def print_quickstart(summary: QuickstartSummary, data: str) -> None:
     Eight columns that fit an 80-column terminal; quickstart.json has every figure."""
     from rich.table import Table
 
-    from edgekd.progress import console
+    from edgekd.progress import console, shown
 
     def num(value: float | None, fmt: str) -> str:
         return "n/a" if value is None else format(value, fmt)
@@ -231,13 +249,15 @@ def print_quickstart(summary: QuickstartSummary, data: str) -> None:
     def ratio(base: float | None, value: float | None) -> str:
         return "n/a" if not base or not value else f"{base / value:.1f}×"
 
-    table = Table(title=f"edgekd quickstart: {data}, 1 thread, batch 1, {summary.seq_len} tokens")
+    table = Table(
+        title=f"edgekd quickstart: {shown(data)}, 1 thread, batch 1, {summary.seq_len} tokens"
+    )
     for col in ("model", "acc", "MB", "p50 ms", "p90 ms", "e2e p50", "smaller", "faster"):
         table.add_column(col, justify="left" if col == "model" else "right", no_wrap=True)
     base = summary.rows[0]
     for r in summary.rows:
         table.add_row(
-            r.model,
+            shown(r.model),
             num(r.accuracy, ".4f"),
             num(None if r.bytes is None else r.bytes / 1e6, ".2f"),
             num(r.p50_ms, ".3f"),

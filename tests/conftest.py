@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -223,3 +224,15 @@ def offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in PROXY_VARS:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "https://no-such-host.invalid")
+
+
+def assert_refused(result: Any, *fragments: str, code: int = 2) -> str:
+    """A CLI refusal as users must see it: exit `code`, one `error:` line on stderr
+    naming each of `fragments`, no traceback. Returns the line."""
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert "Traceback" not in result.output, result.output
+    assert result.exit_code == code, (result.exit_code, result.output)
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]

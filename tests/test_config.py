@@ -1,9 +1,26 @@
 """Configuration as data: the one override syntax (`--set a.b=value`) and the
 components' `{name, options}` form."""
 
-import pytest
+import contextlib
+import os
+import signal
 
-from edgekd.config import DistillConfig, ExportConfig, apply_sets, parse_sets, parse_yaml, validate
+import pytest
+from typer.testing import CliRunner
+
+from conftest import assert_refused
+from edgekd.cli import app
+from edgekd.config import (
+    MAX_DEPTH,
+    DistillConfig,
+    ExportConfig,
+    apply_sets,
+    load_json,
+    load_yaml,
+    parse_sets,
+    parse_yaml,
+    validate,
+)
 from edgekd.errors import EdgeKDError
 from edgekd.recipe import Recipe
 
@@ -104,3 +121,139 @@ def test_export_formats_are_registered_components_and_builtins_keep_their_switch
         validate(ExportConfig, {"formats": ["int8"]}, "export")
     with pytest.raises(EdgeKDError, match="unknown export format 'coreml'; valid names"):
         validate(ExportConfig, {"formats": ["coreml"]}, "export")
+
+
+# ------------------------------------------------------------------ crafted config files
+
+runner = CliRunner()
+
+
+class Hung(BaseException):
+    """Raised by the alarm: a BaseException, so no `except Exception` swallows it."""
+
+
+@contextlib.contextmanager
+def finishes_within(seconds: int):
+    """Fail the test, instead of hanging the run, if the block blocks (e.g. on a FIFO)."""
+
+    def alarm(signum, frame):
+        raise Hung(f"still running after {seconds} s: it blocked")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def refused(r, *fragments: str) -> str:
+    return assert_refused(r, *fragments)
+
+
+def test_config_refused_at_once_when_a_fifo(tmp_path):
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)
+    out = tmp_path / "out"
+    with finishes_within(10):
+        r = runner.invoke(app, ["teacher", "--out", str(out), "--config", str(fifo)])
+    refused(r, "is a FIFO (named pipe), not a regular file", "pass the YAML file itself")
+    assert not out.exists()
+    with finishes_within(10), pytest.raises(EdgeKDError, match="FIFO"):
+        load_json(fifo, "re-create it")
+
+
+def test_config_refused_naming_the_fix_when_a_folder(tmp_path):
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["teacher", "--out", str(out), "--config", str(tmp_path)])
+    refused(r, f"config file {tmp_path} is a folder", "pass the YAML file itself")
+    assert not out.exists()
+
+
+def test_config_refused_when_a_device():
+    with finishes_within(10), pytest.raises(EdgeKDError, match="character device"):
+        load_yaml("/dev/zero")
+
+
+def test_config_refused_when_larger_than_1_mib(tmp_path):
+    big = tmp_path / "big.yaml"
+    big.write_text("# padding\n" * 200_000)  # 2 MB of comments
+    with pytest.raises(EdgeKDError, match=r"larger than 1,048,576 bytes"):
+        load_yaml(big)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("dup.yaml", "epochs: 2\nlr: 1e-3\nepochs: 50\n"),
+        ("dup.json", '{"epochs": 2, "lr": 0.001, "epochs": 50}'),
+        ("nested-dup.yaml", "data:\n  spec: a\n  seed: 1\n  spec: b\n"),
+    ],
+)
+def test_config_refused_naming_the_key_when_a_key_appears_twice(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["teacher", "--out", str(out), "--config", str(path)])
+    line = refused(r, str(path), "appears twice", "fix that file")
+    assert "'epochs'" in line or "'spec'" in line
+    assert not out.exists()
+
+
+def test_yaml_merge_key_overridden_when_the_mapping_sets_it():
+    assert parse_yaml("base: &b {x: 1, y: 2}\nm: {<<: *b, x: 3}")["m"] == {"x": 3, "y": 2}
+
+
+@pytest.mark.parametrize("style", ["yaml-flow", "yaml-block", "json"])
+def test_config_refused_when_nested_10000_deep(tmp_path, style):
+    deep = 10_000
+    text = {
+        "yaml-flow": "a: " + "[" * deep + "]" * deep,
+        "yaml-block": "".join(f"{'  ' * i}k{i}:\n" for i in range(300)) + "  " * 300 + "v\n",
+        "json": '{"a": ' + "[" * deep + "]" * deep + "}",
+    }[style]
+    path = tmp_path / f"deep.{style.split('-')[0]}"
+    path.write_text(text)
+    out = tmp_path / "out"
+    r = runner.invoke(app, ["teacher", "--out", str(out), "--config", str(path)])
+    refused(r, str(path), f"nested deeper than {MAX_DEPTH} levels", "fix that file")
+    assert not out.exists()
+
+
+def test_config_read_when_nested_exactly_64_deep():
+    assert parse_yaml("[" * MAX_DEPTH + "]" * MAX_DEPTH) is not None
+
+
+def test_yaml_refused_before_expanding_when_an_alias_bomb(tmp_path):
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):  # 10^9 values
+        lines.append(f"{name}: &{name} [{', '.join([f'*{prev}'] * 10)}]")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    with finishes_within(10), pytest.raises(EdgeKDError, match=r"more than 100,000 values"):
+        load_yaml(path)
+
+
+def test_yaml_refused_when_an_alias_holds_itself():
+    with pytest.raises(EdgeKDError, match="holds it"):
+        parse_sets(["x=&a [*a]"])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"kind": "export", "kind": "other"}', "'kind' twice"),
+        ("[" * 10_000 + "]" * 10_000, f"nested deeper than {MAX_DEPTH} levels"),
+        ('{"a": "[[[[[[' + "[" * 100 + '"}', None),  # brackets inside a string: plain text
+    ],
+)
+def test_load_json_refused_when_a_key_twice_or_too_deep(tmp_path, text, message):
+    path = tmp_path / "export.json"
+    path.write_text(text)
+    if message is None:
+        assert load_json(path, "re-create it")["a"].startswith("[[[")
+        return
+    with pytest.raises(EdgeKDError, match=message) as e:
+        load_json(path, "re-create it with `edgekd export`")
+    assert str(path) in str(e.value) and "\n" not in str(e.value)

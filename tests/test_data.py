@@ -288,3 +288,97 @@ def test_carve_selection_caps_at_a_tenth_of_the_rows():
     train = Split([f"row number {i}" for i in range(40)], [0] * 40)
     left, select, dropped = carve_selection(train, 500, seed=0)
     assert (len(left), len(select), dropped) == (36, 4, 0)
+
+
+# ---------------------------------------------------------------- crafted data files
+
+
+def rows_tsv(n: int = 6) -> str:
+    return "sentence\tlabel\n" + "".join(f"row {i}\t{i % 2}\n" for i in range(n))
+
+
+@pytest.mark.parametrize("other", ["train.csv", "train.jsonl"])
+def test_load_task_refused_naming_both_when_a_folder_holds_two_train_files(tmp_path, other):
+    (tmp_path / "train.tsv").write_text(rows_tsv())
+    (tmp_path / other).write_text("text,label\na,0\nb,1\n")
+    with pytest.raises(EdgeKDError) as e:
+        load(tmp_path)
+    message = str(e.value)
+    assert "train.tsv and" in message and other in message
+    assert "move the ones not to use out" in message and "--data" in message
+    # Passing the file alone, as the message says, reads it.
+    assert len(load(tmp_path / "train.tsv").train) > 0
+
+
+def test_load_task_refused_when_two_dev_files_share_a_split(tmp_path):
+    (tmp_path / "train.tsv").write_text(rows_tsv())
+    (tmp_path / "dev.tsv").write_text(rows_tsv(2))
+    (tmp_path / "dev.jsonl").write_text('{"text": "a", "label": 0}\n')
+    with pytest.raises(EdgeKDError, match=r"dev\.tsv and dev\.jsonl for the one dev split"):
+        load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"), [({"en": "good film"}, "an object"), (["good", "film"], "a list")]
+)
+def test_load_task_refused_when_a_jsonl_text_is_an_object_or_list(tmp_path, text, kind):
+    recs = [{"text": "fine", "label": 0}, {"text": text, "label": 1}]
+    (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(r) for r in recs))
+    with pytest.raises(EdgeKDError, match=rf"record 2: 'text' holds {kind}, not text") as e:
+        load(tmp_path / "train.jsonl")
+    assert "write the text as a string" in str(e.value)
+
+
+def test_load_task_refused_when_a_jsonl_text_is_null(tmp_path):
+    recs = [{"text": "fine", "label": 0}, {"text": None, "label": 1}]
+    (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(r) for r in recs))
+    with pytest.raises(EdgeKDError, match=r"row 2 has an empty text; drop the row"):
+        load(tmp_path / "train.jsonl")  # never the string "None"
+
+
+def test_load_task_refused_when_a_jsonl_record_has_a_key_twice(tmp_path):
+    (tmp_path / "train.jsonl").write_text(
+        '{"text": "a", "label": 0}\n{"text": "b", "label": 1, "label": 0}\n'
+    )
+    with pytest.raises(EdgeKDError, match=r"train\.jsonl line 2 has the key 'label' twice"):
+        load(tmp_path / "train.jsonl")
+
+
+def test_load_task_refused_when_a_jsonl_record_is_nested_10000_deep(tmp_path):
+    deep = '{"text": "a", "label": 0, "x": ' + "[" * 10_000 + "]" * 10_000 + "}"
+    (tmp_path / "train.jsonl").write_text(deep + "\n")
+    with pytest.raises(EdgeKDError, match=r"line 1 is nested deeper than 64 levels"):
+        load(tmp_path / "train.jsonl")
+
+
+def test_load_task_refused_at_once_when_the_data_file_is_a_fifo(tmp_path):
+    import os
+    import signal
+
+    fifo = tmp_path / "train.tsv"
+    os.mkfifo(fifo)
+
+    def alarm(signum, frame):
+        raise KeyboardInterrupt("blocked on the FIFO")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(10)
+    try:
+        with pytest.raises(EdgeKDError, match=r"is a FIFO \(named pipe\), not a regular file"):
+            load(fifo)
+        with pytest.raises(EdgeKDError, match="FIFO"):
+            load(tmp_path)  # found by name in a folder, too
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_load_task_refused_when_a_split_file_in_the_folder_is_a_symlink(tmp_path):
+    outside = tmp_path / "elsewhere.tsv"
+    outside.write_text(rows_tsv())
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.tsv").symlink_to(outside)
+    with pytest.raises(EdgeKDError, match=r"train\.tsv is a symlink.*--data FILE"):
+        load(data)
+    assert len(load(outside).train) > 0  # the file itself, named by the user, is read

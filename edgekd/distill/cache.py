@@ -85,25 +85,51 @@ def has_cached(cache_dir: Path, key: str) -> bool:
 
 
 def cached_logits(
-    cache_dir: Path, key: str, compute: Callable[[], np.ndarray]
+    cache_dir: Path,
+    key: str,
+    compute: Callable[[], np.ndarray],
+    *,
+    rows: int | None = None,
+    width: int | None = None,
 ) -> tuple[np.ndarray, bool]:
-    """(logits, hit): load `key` from `cache_dir`, or compute and store it."""
+    """(logits, hit): load `key` from `cache_dir`, or compute and store it.
+
+    An entry is used only if it reads back as finite float32 logits of 2 dimensions and,
+    where given, `rows` rows of `width` labels; anything else (a truncated file, an
+    older edgekd's dtype, logits of another shape) is a miss, said in one note, and is
+    overwritten: it is only a cache, and a rerun must never fail on it."""
     from safetensors.numpy import load_file, save_file
 
     path = cache_dir / f"{key}.safetensors"
     if path.is_file():
         try:
             logits = load_file(str(path))["logits"]
-            if logits.ndim == 2 and np.isfinite(logits).all():
-                return logits, True
+            problem = entry_problem(logits, rows, width)
         except Exception:  # truncated by a crash, or damaged: it is only a cache
-            pass
+            problem = "are unreadable"
+        if problem is None:
+            return logits, True
         from edgekd.progress import console
 
-        console.print(f"note: cached teacher logits {path.name} are unreadable; recomputing")
+        console.print(f"note: cached teacher logits {path.name} {problem}; recomputing")
     logits = np.ascontiguousarray(compute(), dtype=np.float32)
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp-{os.getpid()}")
     save_file({"logits": logits}, str(tmp))
     os.replace(tmp, path)
     return logits, False
+
+
+def entry_problem(logits: np.ndarray, rows: int | None, width: int | None) -> str | None:
+    """Why a cached array cannot stand for the logits asked for (None: it can)."""
+    expected = f"({'?' if rows is None else rows}, {'?' if width is None else width}) float32"
+    if (
+        logits.dtype != np.float32
+        or logits.ndim != 2
+        or (rows is not None and logits.shape[0] != rows)
+        or (width is not None and logits.shape[1] != width)
+    ):
+        return f"are {tuple(logits.shape)} {logits.dtype}, not {expected}"
+    if not np.isfinite(logits).all():
+        return "hold NaN or infinity"
+    return None

@@ -266,7 +266,11 @@ def label_splits(
             return labeler(list(texts), f"teacher logits ({split})")
 
         out[split], hits[split] = cached_logits(
-            cache_dir(cfg), split_key(cfg, fingerprint, split, texts, runtime), compute
+            cache_dir(cfg),
+            split_key(cfg, fingerprint, split, texts, runtime),
+            compute,
+            rows=len(texts),
+            width=width,
         )
         if not hits[split]:
             meter.add(len(texts), time.perf_counter() - started)
@@ -319,7 +323,7 @@ def label_chunks(
         def compute(a: int = a, b: int = b) -> np.ndarray:
             return labeler(list(texts[a:b]), f"teacher logits (augmented {b:,} of {len(texts):,})")
 
-        logits, hit = cached_logits(cache_dir(cfg), key, compute)
+        logits, hit = cached_logits(cache_dir(cfg), key, compute, rows=b - a, width=width)
         if not hit:
             meter.add(b - a, time.perf_counter() - started)
         parts.append(logits)

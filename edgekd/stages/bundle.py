@@ -15,11 +15,15 @@ probabilities. This module must never import torch or transformers (a test check
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
+import struct
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, TypeVar
 
 import numpy as np
 
@@ -28,21 +32,73 @@ from edgekd.artifacts import (
     MODEL_FILES,
     PROFILE_GLOB,
     TOKENIZER,
+    Artifact,
     BundleFile,
     BundleManifest,
     DevPredictions,
     ExportReport,
     ProfileResult,
     StudentMeta,
+    file_inside,
+    is_plain_name,
     read_profile,
 )
+from edgekd.config import load_json
 from edgekd.errors import OUTPUT_REFUSED, EdgeKDError
-from edgekd.io import MARKER, atomic_dir, check_output, owned_files, read_json, sha256_file
+from edgekd.io import MARKER, atomic_dir, check_not_input, check_output, owned_files, sha256_file
 from edgekd.students.predict import E2EPredictor, OnnxPredictor, softmax
 
 MANIFEST = BundleManifest.FILE
 MODEL = MODEL_FILES["fp32"]  # whichever model ships, under one name
 FORMAT = 1
+EXPORT_FIX = "re-create the export with `edgekd export`"
+BUNDLE_FIX = "rebuild it with `edgekd bundle`"
+
+# Caps on a bundle .zip, all checked from its central directory before a byte is
+# extracted, and the sizes again while extracting (a header can lie):
+# - 512 MiB uncompressed in all. The largest real bundle is a fp32 BiLSTM (~19 MB, the
+#   300-d table); a fp32 BERT student as large as the MiniLM reference teacher would be
+#   ~91 MB. 512 MiB is over 5x that, and `make_bundle` refuses to write a larger one.
+MAX_BUNDLE_BYTES = 512 << 20
+# - 16 entries: a bundle holds 4 (model, tokenizer, student.json, manifest) or 2 (e2e).
+MAX_ENTRIES = 16
+# - a central directory of 64 KiB: 16 entries with short names need under 2 KiB. Checked
+#   from the end record before zipfile parses the directory, so a zip claiming millions
+#   of entries costs no time or memory.
+MAX_DIRECTORY_BYTES = 64 << 10
+# - 100:1 per entry over 1 MiB. Real entries compress 1-5:1 (an int8 model barely, a
+#   tokenizer's vocabulary ~4:1); deflate reaches ~1000:1 only on crafted runs like
+#   zeros. Small entries are left alone: a ratio of a few KB proves nothing.
+MAX_RATIO = 100
+RATIO_FLOOR = 1 << 20
+# Stored or deflated, as `make_bundle` writes (zipfile cannot read some others at all).
+METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate"}
+CHUNK = 1 << 20
+
+A = TypeVar("A", bound=Artifact)
+
+
+def _read_checked(cls: type[A], folder: Path, fix: str) -> A:
+    """`cls`'s file in `folder`, refused unless it is a regular file there (no link),
+    within the JSON size cap, with no key twice and no absurd nesting; then typed."""
+    path = file_inside(folder, cls.FILE, fix)
+    load_json(path, fix)
+    return cls.read(path)
+
+
+def _copy(source: Path, dest: Path) -> None:
+    """`source` to the new file `dest`. Opened without following a link: a file swapped
+    for one after `file_inside` looked at it fails here instead of being shipped."""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        raise EdgeKDError(f"cannot read {source} ({e.strerror}); {EXPORT_FIX}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise EdgeKDError(f"{source} is not a regular file; {EXPORT_FIX}")
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as src, open(dest, "xb") as out:
+        shutil.copyfileobj(src, out, CHUNK)
 
 
 def make_bundle(
@@ -54,20 +110,26 @@ def make_bundle(
     one-file model of `edgekd export --e2e` alone, its tokenizer inside. The .zip is
     written beside `out_dir`: an existing one is replaced only when `out_dir` is an
     edgekd folder (they were written together), never a .zip of the user's.
+
+    Every file is read from inside `export_dir` only: a name from export.json must be a
+    plain file name there, and a symlink where a file is expected is refused (it would
+    ship whatever it points at).
     """
     out_dir = Path(out_dir)
     check_output(out_dir, overwrite)
+    check_not_input(out_dir, [export_dir])
+    check_not_input(out_dir.with_suffix(".zip"), [export_dir], flag="--out (its .zip)")
     archive = out_dir.with_suffix(".zip")
     if archive.exists() and (owned_files(out_dir) is None or not archive.is_file()):
         raise EdgeKDError(
             f"{archive} exists and edgekd did not write it; pass a new --out path", OUTPUT_REFUSED
         )
     export_dir = Path(export_dir)
-    if not ExportReport.path(export_dir).is_file():
+    if not os.path.lexists(ExportReport.path(export_dir)):
         raise EdgeKDError(
             f"{export_dir} has no {ExportReport.FILE}; pass an `edgekd export --out` folder"
         )
-    report = ExportReport.read(export_dir)
+    report = _read_checked(ExportReport, export_dir, EXPORT_FIX)
     e2e = model == "e2e"
     if e2e:
         if report.e2e is None:
@@ -81,25 +143,37 @@ def make_bundle(
             "pick another --model"
         )
     entry = report.models[model]  # type: ignore[index]
-    source = export_dir / (E2E_MODEL if e2e else entry.path)
+    source = file_inside(export_dir, E2E_MODEL if e2e else entry.path, EXPORT_FIX)
+    extras = {} if e2e else {n: file_inside(export_dir, n, EXPORT_FIX) for n in (TOKENIZER,)}
     # The latest `edgekd profile --json` of this model file saved in the export folder.
+    found = [file_inside(export_dir, p.name, EXPORT_FIX) for p in export_dir.glob(PROFILE_GLOB)]
+    for path in found:
+        load_json(path, EXPORT_FIX)
     profiles = [
         prof
-        for path in sorted(export_dir.glob(PROFILE_GLOB), key=lambda p: p.stat().st_mtime)
+        for path in sorted(found, key=lambda p: p.stat().st_mtime)
         if isinstance(prof := read_profile(path), ProfileResult)
         and Path(prof.model).name == source.name
     ]
     predictions = None
-    if DevPredictions.path(export_dir).is_file():  # older exports have none
-        every = DevPredictions.read(export_dir)
+    if os.path.lexists(DevPredictions.path(export_dir)):  # older exports have none
+        every = _read_checked(DevPredictions, export_dir, EXPORT_FIX)
         if model in every.models:
             predictions = every.model_copy(update={"models": {model: every.models[model]}})
-    labels = StudentMeta.read(export_dir).id2label
+    meta = _read_checked(StudentMeta, export_dir, EXPORT_FIX)
+    if not e2e:
+        extras[StudentMeta.FILE] = StudentMeta.path(export_dir)
+    size = source.stat().st_size + sum(p.stat().st_size for p in extras.values())
+    if size > MAX_BUNDLE_BYTES:  # `Bundle` would refuse to unpack it
+        raise EdgeKDError(
+            f"{source.name} and its files hold {size:,} bytes, more than a bundle's "
+            f"{MAX_BUNDLE_BYTES:,}; bundle the int8 model (--model int8) or a smaller student"
+        )
     with atomic_dir(out_dir, overwrite) as tmp:
         # A one-file model ships alone: its tokenizer and label names are inside it.
-        shutil.copy(source, tmp / (E2E_MODEL if e2e else MODEL))
-        for name in () if e2e else (TOKENIZER, StudentMeta.FILE):
-            shutil.copy(export_dir / name, tmp / name)
+        _copy(source, tmp / (E2E_MODEL if e2e else MODEL))
+        for name, path in extras.items():
+            _copy(path, tmp / name)
         files = {
             p.name: BundleFile(sha256=sha256_file(p), bytes=p.stat().st_size)
             for p in sorted(tmp.iterdir())
@@ -110,7 +184,7 @@ def make_bundle(
             files=files,
             bytes=sum(f.bytes for f in files.values()),
             accuracy=entry.accuracy,
-            labels=labels,
+            labels=meta.id2label,
             e2e=e2e,
             teacher_accuracy=report.teacher_accuracy,
             quantizer=entry.get("quantizer"),
@@ -133,37 +207,26 @@ class Bundle:
         path = Path(path)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if path.suffix == ".zip" and path.is_file():
-            self._tmp = tempfile.TemporaryDirectory(prefix="edgekd-bundle-")
-            try:
-                with zipfile.ZipFile(path) as z:
-                    names = z.namelist()
-                    # A bundle is flat: a path or hidden name is no file of ours (and
-                    # extracting it could write outside the temp folder).
-                    odd = [n for n in names if "/" in n or "\\" in n or n.startswith(".")]
-                    if odd:
-                        raise EdgeKDError(
-                            f"{path} holds {odd[0]!r}, which no edgekd bundle has; "
-                            "rebuild it with `edgekd bundle`"
-                        )
-                    z.extractall(self._tmp.name, members=names)
-            except zipfile.BadZipFile:
-                raise EdgeKDError(
-                    f"{path} is not a readable .zip; rebuild it with `edgekd bundle`"
-                ) from None
+            self._tmp = unpack(path)
             folder = Path(self._tmp.name)
-        elif (path / MANIFEST).is_file():
+        elif os.path.lexists(path / MANIFEST):
             folder = path
         else:
             raise EdgeKDError(
                 f"{path} is not an edgekd bundle (no {MANIFEST}); see `edgekd bundle`"
             )
         self.folder = folder  # a .zip's files live here until this object goes
-        self.manifest = verify(folder)
         self.predictor: OnnxPredictor | E2EPredictor
-        if self.manifest.e2e:
-            self.predictor = E2EPredictor(folder / E2E_MODEL, threads=threads)
-        else:
-            self.predictor = OnnxPredictor(folder / MODEL, threads=threads)
+        try:
+            self.manifest = verify(folder)
+            if self.manifest.e2e:
+                self.predictor = E2EPredictor(folder / E2E_MODEL, threads=threads)
+            else:
+                self.predictor = OnnxPredictor(folder / MODEL, threads=threads)
+        except BaseException:
+            if self._tmp is not None:  # refused: the unpacked files go now, not at exit
+                self._tmp.cleanup()
+            raise
         self.label_names = self.predictor.label_names
 
     def predict(self, texts: list[Any]) -> list[dict[str, Any]]:
@@ -171,13 +234,126 @@ class Bundle:
         return label_rows(self.label_names, probabilities(self.predictor, texts))
 
 
+def unpack(path: Path) -> tempfile.TemporaryDirectory[str]:
+    """The bundle .zip at `path` extracted into a new temp folder, after its central
+    directory passed every cap above; entries are streamed out with a byte count, so a
+    header that understates a size cannot write past the caps either. On any refusal
+    nothing is left behind."""
+    try:
+        with open(path, "rb") as f:
+            _check_end_record(path, f)
+            with zipfile.ZipFile(f) as z:
+                infos = z.infolist()
+                _check_entries(path, infos)
+                tmp = tempfile.TemporaryDirectory(prefix="edgekd-bundle-")
+                try:
+                    total = 0
+                    for info in infos:
+                        total = _extract(path, z, info, Path(tmp.name) / info.filename, total)
+                except BaseException:
+                    tmp.cleanup()
+                    raise
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+        why = (str(e).splitlines() or [type(e).__name__])[0][:80]
+        raise EdgeKDError(f"{path} is not a readable .zip ({why}); {BUNDLE_FIX}") from None
+    return tmp
+
+
+_END = struct.Struct("<4s4H2LH")  # the end of central directory record
+_END_SIGNATURE = b"PK\x05\x06"
+_ZIP64_LOCATOR = b"PK\x06\x07"
+
+
+def _check_end_record(path: Path, f: IO[bytes]) -> None:
+    """Refuse a zip whose end record claims more entries or a larger central directory
+    than a bundle has, or ZIP64 (a bundle is far below 4 GiB), before zipfile reads the
+    directory. The record is found as zipfile finds it; none: zipfile says not a zip."""
+    size = f.seek(0, os.SEEK_END)
+    f.seek(max(0, size - (1 << 16) - _END.size))
+    tail = f.read()
+    if tail[-_END.size : -_END.size + 4] == _END_SIGNATURE and tail[-2:] == b"\0\0":
+        at = len(tail) - _END.size
+    else:
+        at = tail.rfind(_END_SIGNATURE)
+    if at < 0 or len(tail) - at < _END.size:
+        return
+    _, _, _, _, entries, directory, offset, _ = _END.unpack_from(tail, at)
+    if tail[max(0, at - 20) : at - 16] == _ZIP64_LOCATOR or 0xFFFFFFFF in (directory, offset):
+        raise EdgeKDError(f"{path} is a ZIP64 archive, which no edgekd bundle is; {BUNDLE_FIX}")
+    if entries > MAX_ENTRIES or directory > MAX_DIRECTORY_BYTES:
+        raise EdgeKDError(
+            f"{path} lists {entries:,} entries in {directory:,} bytes; an edgekd bundle has at "
+            f"most {MAX_ENTRIES} (in under {MAX_DIRECTORY_BYTES:,} bytes): {BUNDLE_FIX}"
+        )
+
+
+def _check_entries(path: Path, infos: list[zipfile.ZipInfo]) -> None:
+    """Refuse, from the central directory alone, any entry no bundle has: a path, hidden
+    or odd name, a name twice, a link or special file, encryption, a compression other
+    than stored/deflate, or sizes past the caps."""
+    if len(infos) > MAX_ENTRIES:
+        raise EdgeKDError(
+            f"{path} holds {len(infos):,} entries; an edgekd bundle has at most "
+            f"{MAX_ENTRIES}: {BUNDLE_FIX}"
+        )
+    names: set[str] = set()
+    total = 0
+    for info in infos:
+        name = info.filename
+        # A bundle is flat: a path or hidden name is no file of ours (and extracting
+        # it could write outside the temp folder).
+        if not is_plain_name(name) or name in names:
+            what = "twice" if name in names else f"{name!r}, which no edgekd bundle has"
+            raise EdgeKDError(f"{path} holds {what}; {BUNDLE_FIX}")
+        names.add(name)
+        kind_bits = stat.S_IFMT(info.external_attr >> 16)  # Unix file type; 0: unstated
+        if kind_bits not in (0, stat.S_IFREG):
+            kind = "a symlink" if kind_bits == stat.S_IFLNK else "not a regular file"
+            raise EdgeKDError(f"{path} entry {name!r} is {kind}; {BUNDLE_FIX}")
+        if info.flag_bits & 0x1:
+            raise EdgeKDError(f"{path} entry {name!r} is encrypted; {BUNDLE_FIX}")
+        if info.compress_type not in METHODS:
+            raise EdgeKDError(
+                f"{path} entry {name!r} uses zip compression method {info.compress_type}; "
+                f"edgekd bundles are {' or '.join(METHODS.values())} only: {BUNDLE_FIX}"
+            )
+        total += info.file_size
+        if total > MAX_BUNDLE_BYTES:
+            raise EdgeKDError(
+                f"{path} unpacks to over {MAX_BUNDLE_BYTES:,} bytes, more than any edgekd "
+                f"bundle; {BUNDLE_FIX}"
+            )
+        if info.file_size > RATIO_FLOOR and info.file_size > MAX_RATIO * info.compress_size:
+            raise EdgeKDError(
+                f"{path} entry {name!r} unpacks {info.compress_size:,} bytes to "
+                f"{info.file_size:,} (over {MAX_RATIO}:1, a zip bomb, not a model); {BUNDLE_FIX}"
+            )
+
+
+def _extract(path: Path, z: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, total: int) -> int:
+    """Stream one entry to the new file `dest`, counting bytes: past its stated size or
+    the bundle cap it stops. Returns the bytes extracted so far in all."""
+    written = 0
+    with z.open(info) as src, open(dest, "xb") as out:  # "x": never through a link
+        while chunk := src.read(CHUNK):
+            written += len(chunk)
+            if written > info.file_size or total + written > MAX_BUNDLE_BYTES:
+                raise EdgeKDError(
+                    f"{path} entry {info.filename!r} unpacks to more bytes than its header "
+                    f"says; {BUNDLE_FIX}"
+                )
+            out.write(chunk)
+    return total + written
+
+
 class OneFile:
     """A `model.e2e.onnx` on its own: nothing to verify but the file, which carries its
     tokenizer and label names."""
 
     def __init__(self, path: Path, threads: int = 0) -> None:
-        if not path.is_file():
-            raise EdgeKDError(f"{path} does not exist; pass a bundle or a model.e2e.onnx")
+        if not path.is_file():  # missing, or a FIFO or device: never opened
+            what = "is not a regular file" if path.exists() else "does not exist"
+            raise EdgeKDError(f"{path} {what}; pass a bundle or a model.e2e.onnx")
         self.predictor = E2EPredictor(path, threads=threads)
 
     def predict(self, texts: list[Any]) -> list[dict[str, Any]]:
@@ -204,13 +380,21 @@ def label_rows(label_names: list[str], probs: np.ndarray) -> list[dict[str, Any]
 def verify(folder: Path) -> BundleManifest:
     """The manifest, after checking that the files present are exactly those it lists
     and that each matches its sha256; a one-line error otherwise. An unlisted file is
-    refused too: a model swapped in under a new name must not be trusted."""
-    manifest = read_json(folder / MANIFEST)
+    refused too: a model swapped in under a new name must not be trusted. Every listed
+    name must be a plain file name, and every file a regular file (a symlink, even to a
+    file whose sha256 matches, is refused: what is checked must be what is loaded)."""
+    manifest = load_json(file_inside(folder, MANIFEST, BUNDLE_FIX), BUNDLE_FIX)
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if not isinstance(files, dict) or not all(
         isinstance(m, dict) and isinstance(m.get("sha256"), str) for m in files.values()
     ):
         raise EdgeKDError(f"{folder / MANIFEST} lists no files; rebuild with `edgekd bundle`")
+    odd = next((n for n in files if not is_plain_name(n)), None)
+    if odd is not None:
+        raise EdgeKDError(
+            f"{folder / MANIFEST} lists {odd!r}, which is not a plain file name in the "
+            f"bundle; {BUNDLE_FIX}"
+        )
     present = {p.name for p in folder.iterdir()} - {MANIFEST, MARKER}
     unlisted = sorted(present - set(files))
     if unlisted:
@@ -219,9 +403,9 @@ def verify(folder: Path) -> BundleManifest:
             "rebuild with `edgekd bundle`"
         )
     for name, meta in files.items():
-        path = folder / name
-        if "/" in name or not path.is_file():
+        if not os.path.lexists(folder / name):
             raise EdgeKDError(f"bundle file {name} is missing; rebuild with `edgekd bundle`")
+        path = file_inside(folder, name, BUNDLE_FIX)
         if sha256_file(path) != meta["sha256"]:
             raise EdgeKDError(
                 f"bundle file {name} does not match its sha256 in {MANIFEST}; "

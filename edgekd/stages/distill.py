@@ -42,7 +42,7 @@ from edgekd.distill.trainer import (
 )
 from edgekd.errors import EdgeKDError
 from edgekd.exporters.teacher import OnnxLabelers
-from edgekd.io import atomic_dir, check_output
+from edgekd.io import atomic_dir, check_not_input, check_output, config_inputs
 from edgekd.progress import console
 from edgekd.registry import STUDENTS
 from edgekd.students.base import predict_logits, save_student
@@ -94,6 +94,8 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     """Distil `cfg.teacher` into a student folder at `out_dir`; return its metrics.
     `overwrite`: write beside files in `out_dir` that edgekd did not write (kept)."""
     check_output(out_dir, overwrite)  # before the teacher labels anything
+    # The teachers, data, generator, tokenizers (the assistant's too): never written over.
+    check_not_input(out_dir, config_inputs(cfg.model_dump()))
     if cfg.assistant is not None:
         return run_takd(cfg, out_dir, overwrite)
     preflight(cfg)

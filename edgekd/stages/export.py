@@ -27,7 +27,7 @@ from edgekd.config import DataConfig, DistillConfig, ExportConfig, load_yaml, sa
 from edgekd.data import align_labels, load_task
 from edgekd.errors import EdgeKDError
 from edgekd.exporters.base import ExportJob
-from edgekd.io import atomic_dir, check_output, tree_bytes
+from edgekd.io import atomic_dir, check_not_input, check_output, tree_bytes
 from edgekd.progress import console
 from edgekd.registry import FORMATS, STUDENTS, resolve
 from edgekd.students.predict import OnnxPredictor, StudentPredictor, score
@@ -110,6 +110,7 @@ def export(
     data the student was distilled on)."""
     check_output(out_dir, overwrite)
     student_dir = Path(student_dir)
+    check_not_input(out_dir, [student_dir, data.spec if data else None])
     reference = StudentPredictor(student_dir)
     model, tok = reference.model, reference.tokenizer
     listed = {c.name: FORMATS.options(c, f"formats.{c.name}") for c in cfg.formats}
@@ -122,9 +123,18 @@ def export(
                 f"the {f.name} export needs a student with {f.needs!r}; {model.name!r} has "
                 f"none (students that do: {', '.join(able) or 'none'})"
             )
+    if cfg.exit_threshold is not None and "early_exit" not in model.capabilities:
+        # A threshold that cannot apply would be silently ignored: the user asked for
+        # a speed-up this student cannot give.
+        raise EdgeKDError(
+            "exit_threshold applies only to a student distilled with early exits "
+            f"(distill --student bert --early-exit); {model.name!r} has none: drop "
+            "--exit-threshold"
+        )
     data = data or student_data_config(student_dir)
     if data is None:
         raise EdgeKDError(f"{student_dir} has no {CONFIG} naming its data; pass --data")
+    check_not_input(out_dir, [data.spec])  # the data the student's config names
     task = align_labels(load_task(data), reference.label_names)
     # Real dev rows in the validation too: dummy ids alone would miss e.g. long texts.
     check = [tok(task.dev.texts[i : i + 16]) for i in range(0, min(len(task.dev), 64), 16)]

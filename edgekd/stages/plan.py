@@ -23,7 +23,7 @@ from edgekd.artifacts import CONFIG, BundleManifest, Candidate, PlanResult
 from edgekd.budget import Budget, evaluate
 from edgekd.config import DistillConfig, PlanConfig, save_config
 from edgekd.errors import EdgeKDError
-from edgekd.io import atomic_dir, check_output
+from edgekd.io import atomic_dir, check_not_input, check_output
 from edgekd.progress import console
 from edgekd.registry import STUDENTS, Component
 
@@ -64,6 +64,7 @@ def plan(
     from edgekd.stages.check import budget_for
 
     check_output(out_dir, overwrite)
+    check_not_input(out_dir, [cfg.teacher, cfg.data.spec])
     spec = load_spec(cfg.device, host=cfg.host)  # a bad device fails before any work
     defaults = None if spec.name in budget.devices else spec.budget
     b = budget_for(budget, spec.name, cfg.threads or spec.threads, defaults)

@@ -33,7 +33,7 @@ from edgekd.artifacts import (
     read_profile,
 )
 from edgekd.errors import EdgeKDError
-from edgekd.io import atomic_dir, check_output
+from edgekd.io import atomic_dir, check_not_input, check_output
 
 FRONT_COLOUR = "#d62728"  # Pareto-front markers; the render test looks for this red
 OTHER_COLOUR = "#1f77b4"
@@ -245,6 +245,15 @@ def report(
     check_output(out_dir, overwrite)
     if only is not None:
         only = [Path(o).resolve() for o in only]
+    # The folders it reads (each export.json's and profile's) are never written over; the
+    # run folder holds them, and RUN_DIR/report (the default) lies inside it, beside them.
+    read = {
+        f.parent
+        for pattern in (ExportReport.FILE, PROFILE_GLOB)
+        for f in found(run_dir, pattern, only)
+    }
+    check_not_input(out_dir, [run_dir], nested_ok=True)
+    check_not_input(out_dir, sorted(read - {run_dir}))
     points = collect_points(run_dir, only)
     devices = sorted({d for p in points for d in p.profiles})
     manifest = RunManifest.path(run_dir)

@@ -9,13 +9,14 @@ from edgekd.config import TeacherConfig, save_config
 from edgekd.data import load_task
 from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
 from edgekd.distill.teacher import finetune
-from edgekd.io import atomic_dir, check_output
+from edgekd.io import atomic_dir, check_not_input, check_output
 
 
 def teacher(cfg: TeacherConfig, out_dir: str | Path, overwrite: bool = False) -> TeacherMetrics:
     """The teacher stage: fine-tune into `out_dir` (written whole, or not at all) with its
     resolved config.yaml and metrics.json; a killed run resumes from its last epoch."""
     check_output(out_dir, overwrite)  # before any data is read
+    check_not_input(out_dir, [cfg.data.spec, cfg.base])
     task = load_task(cfg.data)
     with atomic_dir(out_dir, overwrite) as tmp:
         metrics = TeacherMetrics(**finetune(cfg, task, tmp, checkpoint_dir(out_dir)))

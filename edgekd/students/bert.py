@@ -27,16 +27,28 @@ import torch
 from pydantic import Field, model_validator
 from torch import nn
 
-from edgekd.config import StrictModel
+from edgekd.config import (
+    MAX_HEADS,
+    MAX_INNER,
+    MAX_LAYERS,
+    MAX_TOKENS,
+    MAX_WIDTH,
+    StrictModel,
+    check_student_params,
+)
 from edgekd.students.base import Student, map_layers, teacher_rows_for
 from edgekd.students.tokenizer import StudentTokenizer, vocab_tokens, wordpiece_from_teacher
 
 
 class BertStudentConfig(StrictModel):
-    layers: int = Field(3, ge=1, description="Transformer layers (MixKD BERT3: 3).")
-    hidden: int | None = Field(None, ge=8, description="Width; unset: the teacher's.")
-    heads: int | None = Field(None, ge=1, description="Attention heads; unset: the teacher's.")
-    ffn: int | None = Field(None, ge=8, description="FFN inner width; unset: the teacher's.")
+    layers: int = Field(3, ge=1, le=MAX_LAYERS, description="Transformer layers (MixKD BERT3: 3).")
+    hidden: int | None = Field(None, ge=8, le=MAX_WIDTH, description="Width; unset: the teacher's.")
+    heads: int | None = Field(
+        None, ge=1, le=MAX_HEADS, description="Attention heads; unset: the teacher's."
+    )
+    ffn: int | None = Field(
+        None, ge=8, le=MAX_INNER, description="FFN inner width; unset: the teacher's."
+    )
     init: Literal["teacher", "random"] = Field(
         "teacher", description="Copy the teacher's embeddings and layers where shapes allow."
     )
@@ -52,15 +64,20 @@ class BertStudentConfig(StrictModel):
         1.0, ge=0, description="Weight of the exits' self-distillation term (FastBERT: 1)."
     )
     dropout: float = Field(0.1, ge=0, lt=1)
-    max_length: int = Field(64, ge=4, description="Tokens per text incl. [CLS] and [SEP].")
+    max_length: int = Field(
+        64,
+        ge=4,
+        le=MAX_TOKENS,
+        description="Tokens per text incl. [CLS] and [SEP]; at most max_position_embeddings.",
+    )
     tokenizer: str | None = Field(
         None,
         description="HF tokenizer (id or folder) for the student's own vocabulary; unset: "
         "the teacher's. Word rows then start from the teacher's pieces of each token.",
     )
     # Copied from the teacher at prepare time so a saved student rebuilds exactly.
-    max_position_embeddings: int = Field(512, ge=4)
-    type_vocab_size: int = Field(2, ge=1)
+    max_position_embeddings: int = Field(512, ge=4, le=MAX_TOKENS)
+    type_vocab_size: int = Field(2, ge=1, le=1024)
     hidden_act: str = "gelu"
     layer_norm_eps: float = 1e-12
 
@@ -68,7 +85,31 @@ class BertStudentConfig(StrictModel):
     def _exits_need_layers(self) -> BertStudentConfig:
         if self.early_exit and self.layers < 2:
             raise ValueError("early_exit needs at least 2 layers to exit before the last")
+        check_positions(self.max_length, self.max_position_embeddings)
+        if self.hidden is not None and self.ffn is not None:
+            check_student_params(
+                encoder_params(self.layers, self.hidden, self.ffn, self.max_position_embeddings),
+                f"layers {self.layers}, hidden {self.hidden}, ffn {self.ffn}",
+            )
         return self
+
+
+def check_positions(max_length: int, positions: int) -> None:
+    """A BERT-style student reads at most `positions` tokens (its position table)."""
+    if max_length > positions:
+        raise ValueError(
+            f"max_length {max_length} exceeds max_position_embeddings {positions} (the "
+            f"teacher's unless set); set max_length ≤ {positions}"
+        )
+
+
+def encoder_params(layers: int, hidden: int, ffn: int, positions: int) -> int:
+    """A BERT encoder's parameters without its word table (the vocabulary is not known
+    from the options): per layer 4 attention projections (4·(h²+h)), the FFN
+    (2·h·f + f + h) and 2 LayerNorms (4h); then the position rows and the pooler."""
+    h = hidden
+    per_layer = 4 * (h * h + h) + 2 * h * ffn + ffn + h + 4 * h
+    return layers * per_layer + positions * h + h * h + h
 
 
 class BertStudent(Student):

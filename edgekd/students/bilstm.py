@@ -14,10 +14,17 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
-from edgekd.config import StrictModel
+from edgekd.config import (
+    MAX_INNER,
+    MAX_TOKENS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    StrictModel,
+    check_student_params,
+)
 from edgekd.data import sides_of
 from edgekd.errors import EdgeKDError
 from edgekd.students.base import Student, dummy_rows, project_rows, teacher_rows_for
@@ -50,6 +57,7 @@ class BiLSTMConfig(StrictModel):
         # one (benchmarks/results/export_sst2.md: 0.8670 vs 0.8578 in int8).
         64,
         ge=2,
+        le=MAX_WIDTH,
         description="Width the LSTM reads (Tang et al.: 300).",
     )
     embedding_rank: int | None = Field(
@@ -57,11 +65,14 @@ class BiLSTMConfig(StrictModel):
         # 4 MB, and its int8 bundle under 1.8 MB.
         64,
         ge=1,
+        le=MAX_WIDTH,
         description="Factorised table: vocab × rank rows, then a rank → embedding_dim "
         "projection (ALBERT-style); bytes scale with rank, not embedding_dim. null: "
         "a plain vocab × embedding_dim table.",
     )
-    hidden_size: int = Field(150, ge=1, description="LSTM units per direction; Tang et al.: 150.")
+    hidden_size: int = Field(
+        150, ge=1, le=MAX_WIDTH, description="LSTM units per direction; Tang et al.: 150."
+    )
 
     @property
     def rank(self) -> int | None:
@@ -70,7 +81,9 @@ class BiLSTMConfig(StrictModel):
         r = self.embedding_rank
         return r if r is not None and r < self.embedding_dim else None
 
-    mlp_size: int = Field(400, ge=1, description="ReLU layer width; Tang et al.: 400.")
+    mlp_size: int = Field(
+        400, ge=1, le=MAX_INNER, description="ReLU layer width; Tang et al.: 400."
+    )
     pooling: Literal["max", "last"] = Field(
         "max", description="Max over time, or the concatenated final states of both directions."
     )
@@ -78,13 +91,34 @@ class BiLSTMConfig(StrictModel):
     init: Literal["teacher", "random"] = Field(
         "teacher", description="Start embeddings from the teacher's (PCA to embedding_dim)."
     )
-    max_vocab: int = Field(50_000, ge=3, description="Word vocabulary cap (incl. PAD, UNK).")
+    max_vocab: int = Field(
+        50_000, ge=3, le=MAX_VOCAB, description="Word vocabulary cap (incl. PAD, UNK)."
+    )
     min_freq: int = Field(1, ge=1, description="Keep words seen at least this often.")
     lowercase: bool = True
-    max_length: int = Field(64, ge=1, description="Tokens per text; longer texts are cut.")
+    max_length: int = Field(
+        64, ge=1, le=MAX_TOKENS, description="Tokens per text; longer texts are cut."
+    )
     pair: bool = Field(
         False, description="Siamese over sentence pairs (set from the data by prepare)."
     )
+
+    @model_validator(mode="after")
+    def _size_cap(self) -> BiLSTMConfig:
+        # Parameters from the options alone, before anything is allocated: the LSTM
+        # (2 directions × 4 gates × (h·(e+h) + 2h)), the MLP and, for a word vocabulary,
+        # a table of max_vocab rows (a WordPiece table is the teacher's size, ~30k rows).
+        e, h = self.embedding_dim, self.hidden_size
+        rows = self.max_vocab if self.vocab == "word" else 30_522
+        table = rows * (self.rank or e) + (self.rank or 0) * e
+        lstm = 2 * 4 * (h * (e + h) + 2 * h)
+        mlp = 2 * h * (4 if self.pair else 1) * self.mlp_size
+        check_student_params(
+            table + lstm + mlp,
+            f"embedding_dim {e}, hidden_size {h}, mlp_size {self.mlp_size}, "
+            f"embedding_rank {self.embedding_rank}, {rows:,} vocabulary rows",
+        )
+        return self
 
 
 class BiLSTMStudent(Student):

@@ -25,27 +25,48 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
-from edgekd.config import StrictModel
+from edgekd.config import (
+    MAX_HEADS,
+    MAX_INNER,
+    MAX_LAYERS,
+    MAX_TOKENS,
+    MAX_WIDTH,
+    StrictModel,
+    check_student_params,
+)
 from edgekd.students.base import project_rows
-from edgekd.students.bert import BertStudent
+from edgekd.students.bert import BertStudent, check_positions
 from edgekd.students.tokenizer import StudentTokenizer
 
 
 class MobileBertStudentConfig(StrictModel):
     layers: int | None = Field(
-        None, ge=1, description="Layers; unset: the teacher's (MobileBERT matches its depth)."
+        None,
+        ge=1,
+        le=MAX_LAYERS,
+        description="Layers; unset: the teacher's (MobileBERT matches its depth).",
     )
     hidden: int | None = Field(
-        None, ge=8, description="Inter-block width; unset: the teacher's (no projection)."
+        None,
+        ge=8,
+        le=MAX_WIDTH,
+        description="Inter-block width; unset: the teacher's (no projection).",
     )
-    bottleneck: int = Field(128, ge=8, description="Intra-block (bottleneck) width (paper 128).")
-    embedding: int = Field(128, ge=8, description="Word embedding width (paper 128).")
-    heads: int = Field(4, ge=1, description="Attention heads at the bottleneck width (paper 4).")
-    ffn: int = Field(512, ge=8, description="Inner width of each stacked FFN (paper 512).")
-    ffn_stacks: int = Field(4, ge=1, description="FFNs per layer (paper 4).")
+    bottleneck: int = Field(
+        128, ge=8, le=MAX_WIDTH, description="Intra-block (bottleneck) width (paper 128)."
+    )
+    embedding: int = Field(128, ge=8, le=MAX_WIDTH, description="Word embedding width (paper 128).")
+    heads: int = Field(
+        4, ge=1, le=MAX_HEADS, description="Attention heads at the bottleneck width (paper 4)."
+    )
+    ffn: int = Field(
+        512, ge=8, le=MAX_INNER, description="Inner width of each stacked FFN (paper 512)."
+    )
+    # 16: the paper stacks 4; more is past any published MobileBERT.
+    ffn_stacks: int = Field(4, ge=1, le=16, description="FFNs per layer (paper 4).")
     normalization: Literal["no_norm", "layer_norm"] = Field(
         "no_norm", description="no_norm: the paper's element-wise affine, faster than LayerNorm."
     )
@@ -53,13 +74,33 @@ class MobileBertStudentConfig(StrictModel):
         "teacher", description="Word, position and token-type rows from the teacher."
     )
     dropout: float = Field(0.1, ge=0, lt=1)
-    max_length: int = Field(64, ge=4, description="Tokens per text incl. [CLS] and [SEP].")
+    max_length: int = Field(
+        64,
+        ge=4,
+        le=MAX_TOKENS,
+        description="Tokens per text incl. [CLS] and [SEP]; at most max_position_embeddings.",
+    )
     tokenizer: str | None = Field(
         None, description="HF tokenizer (id or folder); unset: the teacher's vocabulary."
     )
     # Copied from the teacher at prepare time so a saved student rebuilds exactly.
-    max_position_embeddings: int = Field(512, ge=4)
-    type_vocab_size: int = Field(2, ge=1)
+    max_position_embeddings: int = Field(512, ge=4, le=MAX_TOKENS)
+    type_vocab_size: int = Field(2, ge=1, le=1024)
+
+    @model_validator(mode="after")
+    def _fits(self) -> MobileBertStudentConfig:
+        check_positions(self.max_length, self.max_position_embeddings)
+        if self.layers is not None and self.hidden is not None:
+            # Per layer: in/out projections hidden↔bottleneck (2·(2·h·b)), attention at
+            # the bottleneck (4·b²), ffn_stacks FFNs (2·b·f each); biases are noise.
+            h, b = self.hidden, self.bottleneck
+            per_layer = 4 * h * b + 4 * b * b + self.ffn_stacks * 2 * b * self.ffn
+            check_student_params(
+                self.layers * per_layer + 3 * self.embedding * h,
+                f"layers {self.layers}, hidden {h}, bottleneck {b}, ffn {self.ffn} × "
+                f"ffn_stacks {self.ffn_stacks}",
+            )
+        return self
 
 
 class MobileBertStudent(BertStudent):

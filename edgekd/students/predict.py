@@ -8,11 +8,14 @@ deployment runs, so it must not pull in torch or transformers.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
+from edgekd.artifacts import HF_CONFIG, TOKENIZER, StudentMeta, file_inside
+from edgekd.config import load_json, parse_json
 from edgekd.data import length_sorted_batches
 from edgekd.errors import EdgeKDError
 from edgekd.students import STUDENT_FILE
@@ -47,19 +50,32 @@ class OnnxPredictor:
 
         self.path = Path(path)
         folder = self.path.parent
-        meta_path = folder / STUDENT_FILE
-        if meta_path.is_file():  # an edgekd export
-            meta = json.loads(meta_path.read_text())
-            self.label_names = list(meta["id2label"])
-            self.tokenizer = StudentTokenizer.load(
-                folder, meta["max_length"], meta.get("add_special_tokens", False)
+        if os.path.lexists(folder / STUDENT_FILE):  # an edgekd export or bundle
+            # Its files are read from its own folder only: a symlink there is refused
+            # (`file_inside`), and student.json is checked and typed before use.
+            fix = "re-create the folder with `edgekd export` or `edgekd bundle`"
+            meta_path = file_inside(folder, STUDENT_FILE, fix)
+            load_json(meta_path, fix)
+            meta = StudentMeta.read(meta_path)
+            self.label_names = list(meta.id2label)
+            self.tokenizer = StudentTokenizer(
+                Tokenizer.from_file(str(file_inside(folder, TOKENIZER, fix))),
+                meta.max_length,
+                meta.add_special_tokens,
             )
-        elif (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file():
-            config = json.loads((folder / "config.json").read_text())  # an HF/optimum export
-            id2label = config.get("id2label") or {}
+        elif (folder / HF_CONFIG).is_file() and (folder / TOKENIZER).is_file():
+            # An HF/optimum export. Links are followed here: a Hugging Face cache folder
+            # is made of links into its blob store, and the user named this model file.
+            # Still regular files only (no FIFO to hang on), JSON checked as everywhere.
+            fix = "re-export the model (optimum-cli export onnx)"
+            config = load_json(folder / HF_CONFIG, fix)
+            id2label = config.get("id2label") if isinstance(config, dict) else None
+            if not isinstance(id2label, dict | None):
+                raise EdgeKDError(f"{folder / HF_CONFIG}: id2label is not a mapping; {fix}")
+            id2label = id2label or {}
             self.label_names = [str(id2label.get(str(i), i)) for i in range(len(id2label))]
             self.tokenizer = StudentTokenizer(
-                Tokenizer.from_file(str(folder / "tokenizer.json")), max_length, True
+                Tokenizer.from_file(str(folder / TOKENIZER)), max_length, True
             )
         else:
             raise EdgeKDError(
@@ -175,7 +191,14 @@ class E2EPredictor:
             raise EdgeKDError(
                 f"{path} has no {E2E_LABELS} metadata; make it with `edgekd export --e2e`"
             )
-        self.label_names = list(json.loads(names))
+        fix = "make it with `edgekd export --e2e`"
+        try:
+            labels = parse_json(names, f"{path}'s {E2E_LABELS} metadata")
+        except json.JSONDecodeError:
+            labels = None
+        if not isinstance(labels, list) or not all(isinstance(n, str) for n in labels):
+            raise EdgeKDError(f"{path}'s {E2E_LABELS} metadata is not a JSON list of names; {fix}")
+        self.label_names = labels
 
     def probabilities(self, texts: list[Any]) -> np.ndarray:
         """Class probabilities per text (a pair: a (first, second) tuple)."""

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
@@ -509,3 +510,21 @@ def test_distill_under_accelerate_launch_trains_one_student_on_two_processes(
     assert metrics["n_augmented"] > 0  # the default augmentation, labelled once
     assert 1 <= metrics["epochs_run"] <= 2 and (out / "model.safetensors").is_file()
     assert not list(tmp_path.glob(".*"))  # no checkpoint or temp folder left behind
+
+
+def test_run_distill_recomputes_cached_logits_of_the_wrong_shape(tiny_teacher, tiny_data, tmp_path):
+    # A cache entry of another shape (a crafted or stale file) is a miss, not a crash:
+    # every rerun would otherwise fail until the cache was cleared by hand.
+    import os
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    run_distill(cfg(tiny_teacher, tiny_data, epochs=1), tmp_path / "a")
+    entries = list(Path(os.environ["EDGEKD_CACHE"]).rglob("*.safetensors"))
+    assert entries
+    for path in entries:
+        save_file({"logits": np.zeros((3, 5), np.float32)}, str(path))
+    m = run_distill(cfg(tiny_teacher, tiny_data, epochs=1), tmp_path / "b")
+    assert m["cache_hits"] == {"train": False, "dev": False, "selection": False}
+    assert m["n_dev"] == 40
