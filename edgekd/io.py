@@ -220,7 +220,7 @@ def config_inputs(fields: Any) -> list[str]:
 def sweep_temp(target: Path) -> None:
     """Remove temp folders beside `target` that a killed edgekd run left behind: named
     after `target`, marked as edgekd's, and whose process is gone. A folder moved aside
-    (`.old-`) loses only what its marker lists (`_discard`)."""
+    (`.old-`) loses only what its marker lists (`discard_owned`)."""
     if not target.parent.is_dir():
         return
     for p in target.parent.glob(f".{target.name}.*-*"):
@@ -234,7 +234,7 @@ def sweep_temp(target: Path) -> None:
         if kind == "tmp":  # made by mkdtemp and written by edgekd alone
             shutil.rmtree(p, ignore_errors=True)
         elif kind == "old":
-            _discard(p)
+            discard_owned(p)
 
 
 def _alive(pid: int) -> bool:
@@ -289,7 +289,7 @@ def atomic_dir(target: str | Path, overwrite: bool = False) -> Iterator[Path]:
         old = target.with_name(f".{target.name}.old-{os.getpid()}")
         target.rename(old)
         tmp.rename(target)
-        _discard(old)
+        discard_owned(old)
     else:  # --overwrite beside foreign files: replace edgekd's, keep theirs
         _remove_owned(target)
         for name in sorted(new):
@@ -373,7 +373,7 @@ def _remove_listed(folder: Path, name: str) -> None:
         return  # missing, not empty, or a symlink or file on the way: left as it is
 
 
-def _discard(old: Path) -> None:
+def discard_owned(old: Path) -> None:
     """Delete a folder of edgekd's moved aside by a swap: the files its markers list
     (its own, and those of sub-folders `foreign_files` counts as edgekd's by theirs),
     then its empty folders, then itself. A file that appeared in it since it was checked

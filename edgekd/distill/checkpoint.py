@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from edgekd.errors import EdgeKDError
-from edgekd.io import atomic_dir, owned_files, read_json, write_json
+from edgekd.io import atomic_dir, discard_owned, owned_files, read_json, write_json
 from edgekd.progress import console
 
 STATE_JSON, STATE_TENSORS = "state.json", "state.safetensors"
@@ -35,12 +35,11 @@ def checkpoint_dir(out_dir: str | Path) -> Path:
 
 
 def discard_checkpoint(out_dir: str | Path) -> None:
-    """Remove `out_dir`'s checkpoint once the output is written (only if edgekd's)."""
-    import shutil
-
+    """Remove `out_dir`'s checkpoint once the output is written: only if edgekd's, and
+    only the files its marker lists (a crafted checkpoint folder loses nothing else)."""
     folder = checkpoint_dir(out_dir)
-    if owned_files(folder) is not None:
-        shutil.rmtree(folder, ignore_errors=True)
+    if not folder.is_symlink() and owned_files(folder) is not None:
+        discard_owned(folder)
 
 
 def fingerprint(config: dict[str, Any], texts: list[Any], labels: list[int]) -> dict[str, Any]:

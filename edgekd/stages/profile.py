@@ -15,6 +15,7 @@ from edgekd.artifacts import ProfileResult, ProfileSweep
 from edgekd.config import ProfileConfig
 from edgekd.devices import profile as device
 from edgekd.devices.agent import NOISY_SPREAD
+from edgekd.errors import printable
 from edgekd.progress import track
 
 
@@ -37,8 +38,8 @@ def profile(
                 exits = list(THRESHOLDS)
             else:
                 print(
-                    f"note: {model.name} exits early; pass --data to time each exit threshold "
-                    "on real rows (synthetic ids only time its default)",
+                    f"note: {printable(model.name)} exits early; pass --data to time each exit "
+                    "threshold on real rows (synthetic ids only time its default)",
                     file=sys.stderr,
                 )
         runs = [
@@ -80,7 +81,7 @@ def warn_if_noisy(r: ProfileResult) -> None:
     for name, m in series.items():
         if m and m.get("noisy"):
             print(  # plain: one line whatever the terminal's width
-                f"warning: {name} at seq {r.seq_len}: trial medians spread "
+                f"warning: {printable(name)} at seq {r.seq_len}: trial medians spread "
                 f"{100 * m['trial_spread']:.0f}% (> {100 * NOISY_SPREAD:.0f}%), the machine was "
                 "busy; rerun on an idle machine or raise --runs",
                 file=sys.stderr,

@@ -4,6 +4,7 @@ and ends with the same weights, byte for byte, as a run that was never interrupt
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -144,3 +145,25 @@ def test_teacher_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, bigger_d
     assert "resuming from epoch" in again.stderr and "epoch 1/4" not in again.stderr
     assert sha256(out / "model.safetensors") == sha256(whole / "model.safetensors")
     assert not (tmp_path / ".t.resume").exists()
+
+
+def test_discard_checkpoint_removes_only_what_its_marker_lists(tmp_path):
+    from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
+    from edgekd.io import atomic_dir, write_json
+
+    out = tmp_path / "s"
+    with atomic_dir(checkpoint_dir(out)) as tmp:
+        write_json(tmp / "state.json", {"epoch": 1})
+    discard_checkpoint(out)
+    assert not checkpoint_dir(out).exists()  # edgekd's own: gone whole
+
+    # A crafted checkpoint folder (a marker listing a path outside it) loses nothing.
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    folder = checkpoint_dir(out)
+    folder.mkdir()
+    (folder / "notes.txt").write_text("also mine")
+    marker = {"written_by": "edgekd", "files": ["../victim.txt", "notes.txt"]}
+    (folder / ".edgekd.json").write_text(json.dumps(marker))
+    discard_checkpoint(out)
+    assert victim.read_text() == "mine" and (folder / "notes.txt").read_text() == "also mine"
