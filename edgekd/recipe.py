@@ -52,7 +52,7 @@ from edgekd.config import (
 )
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, check_not_input, claim_folder, config_inputs, sha256_file
-from edgekd.progress import console
+from edgekd.progress import console, shown
 from edgekd.registry import Component
 
 SAFE_NAME = re.compile(PLAIN_NAME)
@@ -325,14 +325,14 @@ class Stages:
         status: Literal["ran", "cached"]
         if not self.force and marker.is_file() and StageMarker.read(folder).key == key:
             status = "cached"
-            console.print(f"[dim]{name}: unchanged, cached ({folder})[/]")
+            console.print(f"[dim]{name}: unchanged, cached ({shown(folder)})[/]")
         else:
             console.rule(f"{name}")
             fn(folder)
             StageMarker(stage=name, key=key).write(folder)
             status = "ran"
             # One plain line per finished stage, for CI logs where rules and bars blur.
-            console.print(f"{name}: done in {time.perf_counter() - t:.1f} s ({folder})")
+            console.print(f"{name}: done in {time.perf_counter() - t:.1f} s ({shown(folder)})")
         self.records.append(
             StageRecord(
                 stage=name,

@@ -282,3 +282,14 @@ def test_predict_prints_labels_literally_when_the_bundle_labels_hold_markup(tmp_
     label, probs, text = r.stdout.rstrip("\n").split("\t")
     assert label in ("[red]neg\\x1b[2J", "pos\\u202e") and text == "good film"
     assert "[red]neg\\x1b[2J " in probs and "pos\\u202e " in probs
+
+
+def test_cache_note_prints_a_bracketed_file_name_literally(tmp_path, capsys):
+    # Rich would read "[red]" in a file name as markup and drop it (or fail on "[/]").
+    import numpy as np
+
+    from edgekd.distill.cache import cached_logits
+
+    (tmp_path / "[red]k.safetensors").write_bytes(b"not safetensors")
+    cached_logits(tmp_path, "[red]k", lambda: np.zeros((1, 2), np.float32))
+    assert "[red]k.safetensors" in capsys.readouterr().err

@@ -109,9 +109,9 @@ def cached_logits(
             problem = "are unreadable"
         if problem is None:
             return logits, True
-        from edgekd.progress import console
+        from edgekd.progress import console, shown
 
-        console.print(f"note: cached teacher logits {path.name} {problem}; recomputing")
+        console.print(f"note: cached teacher logits {shown(path.name)} {problem}; recomputing")
     logits = np.ascontiguousarray(compute(), dtype=np.float32)
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp-{os.getpid()}")

@@ -24,7 +24,7 @@ import torch
 
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, discard_owned, owned_files, read_json, write_json
-from edgekd.progress import console
+from edgekd.progress import console, shown
 
 STATE_JSON, STATE_TENSORS = "state.json", "state.safetensors"
 
@@ -224,7 +224,7 @@ def load(
     for name, g in generators.items():
         g.bit_generator.state = meta["rng"][name]
     best = part("best.")
-    console.print(f"resuming from epoch {meta['epoch'] + 1} (checkpoint {folder})")
+    console.print(f"resuming from epoch {meta['epoch'] + 1} (checkpoint {shown(folder)})")
     return Resume(
         epoch=int(meta["epoch"]),
         best_acc=float(meta["best_acc"]),

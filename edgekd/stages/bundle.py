@@ -302,10 +302,11 @@ def _check_entries(path: Path, infos: list[zipfile.ZipInfo]) -> None:
         name = info.filename
         # A bundle is flat: a path or hidden name is no file of ours (and extracting
         # it could write outside the temp folder).
-        if not is_plain_name(name) or name in names:
-            what = "twice" if name in names else f"{name!r}, which no edgekd bundle has"
+        # casefold: model.onnx and MODEL.onnx are one file on macOS's default disk.
+        if not is_plain_name(name) or name.casefold() in names:
+            what = "twice" if name.casefold() in names else f"{name!r}, which no edgekd bundle has"
             raise EdgeKDError(f"{path} holds {what}; {BUNDLE_FIX}")
-        names.add(name)
+        names.add(name.casefold())
         kind_bits = stat.S_IFMT(info.external_attr >> 16)  # Unix file type; 0: unstated
         if kind_bits not in (0, stat.S_IFREG):
             kind = "a symlink" if kind_bits == stat.S_IFLNK else "not a regular file"

@@ -43,7 +43,7 @@ from edgekd.distill.trainer import (
 from edgekd.errors import EdgeKDError
 from edgekd.exporters.teacher import OnnxLabelers
 from edgekd.io import atomic_dir, check_not_input, check_output, config_inputs
-from edgekd.progress import console
+from edgekd.progress import console, shown
 from edgekd.registry import STUDENTS
 from edgekd.students.base import predict_logits, save_student
 
@@ -69,7 +69,7 @@ def run_takd(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -
             "use an assistant with student: bert"
         )
     with atomic_dir(out_dir, overwrite) as tmp:
-        console.print(f"TAKD run 1/2: {cfg.teacher} → assistant ({a_cfg.student.name})")
+        console.print(f"TAKD run 1/2: {shown(cfg.teacher)} → assistant ({a_cfg.student.name})")
         a_metrics = distill(a_cfg, tmp / "assistant")
         console.print(f"TAKD run 2/2: assistant → student ({cfg.student.name})")
         s_cfg = cfg.model_copy(update={"assistant": None, "teacher": str(tmp / "assistant")})

@@ -235,6 +235,14 @@ def test_predict_refused_when_a_zip_has_too_many_entries(tmp_path, temp_dir):
     assert not any(temp_dir.iterdir())
 
 
+def test_predict_refused_when_two_zip_entries_differ_only_in_case(tmp_path, temp_dir):
+    # One file on a case-insensitive disk (macOS): the second would fail mid-extraction.
+    twins = zip_of(tmp_path / "twins.zip", {"model.onnx": b"a", "MODEL.onnx": b"b"})
+    r = runner.invoke(app, ["predict", str(twins), "good"])
+    refused(r, "twice")
+    assert not any(temp_dir.iterdir())
+
+
 def test_predict_refused_when_a_zip_entry_has_an_unknown_compression_method(
     tiny_chain, tmp_path, temp_dir
 ):
