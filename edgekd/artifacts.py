@@ -31,9 +31,9 @@ from pydantic import (
     model_validator,
 )
 
-from edgekd.config import FILE_KINDS, PLAIN_NAME
+from edgekd.config import PLAIN_NAME
 from edgekd.errors import EdgeKDError
-from edgekd.io import atomic_write_text, read_json
+from edgekd.io import FILE_KINDS, atomic_write_text, read_json
 from edgekd.registry import first_error
 
 # ------------------------------------------------------------------ file names

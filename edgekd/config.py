@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import stat
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
@@ -26,6 +24,11 @@ from pydantic import (
 )
 
 from edgekd.errors import EdgeKDError
+from edgekd.io import (  # the JSON limits and readers live in io; configs read them too
+    MAX_DEPTH,
+    MAX_JSON_BYTES,
+    read_regular,
+)
 from edgekd.registry import Component, first_error
 
 DEFAULT_BASE = "packaged:all-MiniLM-L6-v2"
@@ -733,59 +736,10 @@ M = TypeVar("M", bound=BaseModel)
 # - 1 MiB: the largest config edgekd ships (a recipe) is ~1.5 KB and a plan grid of a
 #   hundred candidates ~10 KB; anything near a megabyte is the wrong file.
 MAX_CONFIG_BYTES = 1 << 20
-# - 64 levels: edgekd's deepest config nests 5 (recipe → distill → augment → methods →
-#   options); the parsers recurse per level, so 10,000 `[` would end in a RecursionError.
-MAX_DEPTH = 64
 # - 100,000 values once aliases are expanded: a 1 KB YAML file of nested aliases
 #   ("billion laughs") names 10^9 values, which validating would walk one by one; a real
 #   config has a few hundred.
 MAX_NODES = 100_000
-# A JSON file edgekd itself wrote (a manifest, an export report, a student's label
-# names): the largest is a bundle manifest carrying dev predictions, 2 bytes a row
-# (~1 MB for 500k rows); 64 MiB is far above any real one.
-MAX_JSON_BYTES = 64 << 20
-
-FILE_KINDS = {  # what a stat mode that is no regular file or folder names
-    stat.S_IFIFO: "a FIFO (named pipe)",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFLNK: "a symlink",
-}
-
-
-def read_regular(path: str | Path, what: str, fix: str, limit: int | None = None) -> bytes:
-    """The bytes of the user-named file `path`, refused in one line (naming `what` and
-    `fix`) unless it is a regular file of at most `limit` bytes.
-
-    Opened non-blocking and checked on the open descriptor: a FIFO, device or socket is
-    refused before a read could block on it (a FIFO as --config hung forever), and a
-    file swapped for one between a check and the open cannot slip through."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
-        raise EdgeKDError(f"{what} {path} does not exist; check the path") from None
-    except PermissionError:
-        raise EdgeKDError(f"cannot read {what} {path} (permission denied); {fix}") from None
-    except OSError as e:  # a socket (ENXIO), a loop of links (ELOOP), ...
-        raise EdgeKDError(f"cannot open {what} {path} ({e.strerror}); {fix}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)  # before a file object exists: one refuses a folder fd itself
-        if stat.S_ISDIR(mode):
-            raise EdgeKDError(f"{what} {path} is a folder; {fix}")
-        kind = FILE_KINDS.get(stat.S_IFMT(mode), "a special file")
-        raise EdgeKDError(f"{what} {path} is {kind}, not a regular file; {fix}")
-    os.set_blocking(fd, True)
-    with os.fdopen(fd, "rb") as f:
-        if limit is None:
-            return f.read()
-        data = f.read(limit + 1)  # the file may grow after fstat: read no more than this
-    if len(data) > limit:
-        raise EdgeKDError(
-            f"{what} {path} is larger than {limit:,} bytes, which no real one reaches; {fix}"
-        )
-    return data
 
 
 class YAMLRefused(yaml.YAMLError):
@@ -928,71 +882,6 @@ def load_yaml(path: str | Path) -> Any:
     except yaml.YAMLError as e:
         first = str(e).splitlines()[0]
         raise EdgeKDError(f"{path} is not valid YAML ({first}); fix the syntax", 2) from None
-
-
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-# A JSON token that opens or closes a level, or a string (skipped whole: its brackets
-# are text).
-_JSON_NESTING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
-
-
-def _json_depth_ok(text: str) -> bool:
-    """Whether no point in `text` is nested deeper than MAX_DEPTH (counted before
-    parsing: the parser recurses per level)."""
-    if text.count("[") + text.count("{") <= MAX_DEPTH:  # the usual case, at C speed
-        return True
-    depth = 0
-    for m in _JSON_NESTING.finditer(text):
-        c = m.group()
-        if c in "[{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                return False
-        elif c in "]}":
-            depth -= 1
-    return True
-
-
-def parse_json(text: str, source: str) -> Any:
-    """JSON text as plain data, refusing (one line naming `source`) a key twice in one
-    object (json.loads keeps the last silently) and nesting past MAX_DEPTH. Malformed
-    JSON raises json.JSONDecodeError, for the caller to phrase with its fix."""
-    if not _json_depth_ok(text):
-        raise EdgeKDError(
-            f"{source} is nested deeper than {MAX_DEPTH} levels, which no real file is; "
-            "fix or re-create it"
-        )
-    try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as e:
-        raise EdgeKDError(
-            f"{source} has the key {e.args[0]!r} twice in one object (the last would "
-            "silently win); keep one"
-        ) from None
-
-
-def load_json(path: str | Path, fix: str, limit: int = MAX_JSON_BYTES) -> Any:
-    """A JSON file's data, read as `read_regular` and `parse_json` check; `fix` says how
-    to re-create a file that fails (e.g. "re-create it with `edgekd export`")."""
-    data = read_regular(path, "file", fix, limit)
-    try:
-        return parse_json(data.decode("utf-8"), str(path))
-    except UnicodeDecodeError as e:
-        raise EdgeKDError(f"{path} is not UTF-8 text (byte offset {e.start}); {fix}") from None
-    except json.JSONDecodeError as e:
-        raise EdgeKDError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}); {fix}") from None
 
 
 def load_fields(path: str | Path | None) -> dict[str, Any]:

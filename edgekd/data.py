@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekd.config import DataConfig, parse_json, read_regular
+from edgekd.config import DataConfig
 from edgekd.errors import EdgeKDError
+from edgekd.io import parse_json, read_regular
 
 TEXT_COLUMNS = ("sentence", "text", "content", "review", "document", "sentence1", "question")
 LABEL_COLUMNS = ("label", "labels", "class", "category", "target", "sentiment")

@@ -15,13 +15,13 @@ from edgekd.config import (
     DistillConfig,
     ExportConfig,
     apply_sets,
-    load_json,
     load_yaml,
     parse_sets,
     parse_yaml,
     validate,
 )
 from edgekd.errors import EdgeKDError
+from edgekd.io import load_json
 from edgekd.recipe import Recipe
 
 

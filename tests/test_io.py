@@ -463,3 +463,33 @@ def test_config_inputs_finds_every_path_field_at_any_depth():
         "cache_dir": "c",
     }
     assert sorted(config_inputs(fields)) == ["a", "ad", "d", "g", "t", "t2", "t3", "tok"]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"models": {}, "models": {"int8": {}}}', "twice"),
+        ("[" * 10_000 + "]" * 10_000, "nested deeper"),
+        ('{"a": ', "not valid JSON"),
+    ],
+    ids=["key-twice", "deep", "malformed"],
+)
+def test_read_json_refuses_in_one_line_when_an_artifact_is_crafted(tmp_path, text, message):
+    # Every artifact reader (Artifact.read, checkpoints, manifests) goes through it.
+    from edgekd.artifacts import ExportReport
+    from edgekd.errors import EdgeKDError
+
+    (tmp_path / "export.json").write_text(text)
+    with pytest.raises(EdgeKDError, match=message):
+        ExportReport.read(tmp_path)
+
+
+def test_read_json_refuses_a_fifo_at_once(tmp_path):
+    import os
+
+    from edgekd.errors import EdgeKDError
+    from edgekd.io import read_json
+
+    os.mkfifo(tmp_path / "state.json")
+    with pytest.raises(EdgeKDError, match="FIFO"):
+        read_json(tmp_path / "state.json")  # open() would block here for ever

@@ -43,9 +43,16 @@ from edgekd.artifacts import (
     is_plain_name,
     read_profile,
 )
-from edgekd.config import load_json
 from edgekd.errors import OUTPUT_REFUSED, EdgeKDError
-from edgekd.io import MARKER, atomic_dir, check_not_input, check_output, owned_files, sha256_file
+from edgekd.io import (
+    MARKER,
+    atomic_dir,
+    check_not_input,
+    check_output,
+    load_json,
+    owned_files,
+    sha256_file,
+)
 from edgekd.students.predict import E2EPredictor, OnnxPredictor, softmax
 
 MANIFEST = BundleManifest.FILE

@@ -15,9 +15,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from edgekd.artifacts import HF_CONFIG, TOKENIZER, StudentMeta, file_inside
-from edgekd.config import load_json, parse_json
 from edgekd.data import length_sorted_batches
 from edgekd.errors import EdgeKDError
+from edgekd.io import load_json, parse_json
 from edgekd.students import STUDENT_FILE
 from edgekd.students.tokenizer import StudentTokenizer
 
