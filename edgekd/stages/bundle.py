@@ -86,11 +86,9 @@ A = TypeVar("A", bound=Artifact)
 
 
 def _read_checked(cls: type[A], folder: Path, fix: str) -> A:
-    """`cls`'s file in `folder`, refused unless it is a regular file there (no link),
-    within the JSON size cap, with no key twice and no absurd nesting; then typed."""
-    path = file_inside(folder, cls.FILE, fix)
-    load_json(path, fix)
-    return cls.read(path)
+    """`cls`'s file in `folder`, refused unless it is a regular file there (no link);
+    `Artifact.read` (io.read_json) then caps, checks and types it in one read."""
+    return cls.read(file_inside(folder, cls.FILE, fix))
 
 
 def _copy(source: Path, dest: Path) -> None:

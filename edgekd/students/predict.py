@@ -54,9 +54,7 @@ class OnnxPredictor:
             # Its files are read from its own folder only: a symlink there is refused
             # (`file_inside`), and student.json is checked and typed before use.
             fix = "re-create the folder with `edgekd export` or `edgekd bundle`"
-            meta_path = file_inside(folder, STUDENT_FILE, fix)
-            load_json(meta_path, fix)
-            meta = StudentMeta.read(meta_path)
+            meta = StudentMeta.read(file_inside(folder, STUDENT_FILE, fix))
             self.label_names = list(meta.id2label)
             self.tokenizer = StudentTokenizer(
                 Tokenizer.from_file(str(file_inside(folder, TOKENIZER, fix))),
