@@ -1,16 +1,18 @@
 """What a resume costs: `edgekd distill` on 20,000 SST-2 rows, killed with SIGKILL in
 the middle of an epoch, then rerun with the same command.
 
-One command: `python benchmarks/resume_cost.py` (needs ../shared). Three runs of the
+One command: `python benchmarks/resume_cost.py` (needs ../shared). Four runs of the
 same distillation, one after the other on this machine, teacher logits cached first so
 no run pays for labelling:
   whole:    uninterrupted;
+  one-core: uninterrupted, pinned to one core (its ThreadGovernor runs 1 thread);
   killed:   SIGKILL once epoch `--kill-after` has printed its line (so mid-epoch);
   resumed:  the same command again.
 Reported: seconds from start to the first epoch line minus that epoch's own seconds
 (start-up: data, cached logits, student, and for `resumed` the checkpoint) for `whole`
-and `resumed`, the work lost to the kill, total seconds, and whether `resumed` ends with
-the same model.safetensors sha256 as `whole`. Writes benchmarks/results/resume_cost.{json,md}.
+and `resumed`, the work lost to the kill, total seconds, and whether `resumed` and
+`one-core` end with the same model.safetensors sha256 as `whole`. Writes
+benchmarks/results/resume_cost.{json,md}.
 EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
 """
 
@@ -42,10 +44,18 @@ def argv(args: argparse.Namespace, out: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def run(cmd: list[str], env: dict[str, str], kill_after: int | None = None) -> dict:
+def one_core() -> None:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def run(
+    cmd: list[str], env: dict[str, str], kill_after: int | None = None, pinned: bool = False
+) -> dict:
     """Run `cmd`, timing each stderr line; SIGKILL after epoch `kill_after`'s line."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=one_core if pinned else None
+    )
     assert proc.stderr is not None
     epochs, resumed_from = [], None
     for line in proc.stderr:
@@ -94,10 +104,14 @@ def main() -> None:
     # Label once, so every timed run reads the same cached teacher logits.
     warm = run([*argv(args, args.work / "warm"), "--epochs", "1"], env)
     whole = run(argv(args, args.work / "whole"), env)
+    pinned = run(argv(args, args.work / "one-core"), env, pinned=True)
     killed = run(argv(args, args.work / "student"), env, kill_after=args.kill_after)
     resumed = run(argv(args, args.work / "student"), env)
     same = sha256(args.work / "whole" / "model.safetensors") == sha256(
         args.work / "student" / "model.safetensors"
+    )
+    same_one_core = sha256(args.work / "whole" / "model.safetensors") == sha256(
+        args.work / "one-core" / "model.safetensors"
     )
     epoch_s = [e["epoch_s"] for e in whole["epochs"]]
     result = {
@@ -108,16 +122,18 @@ def main() -> None:
         "killed_returncode": killed["returncode"],
         "resumed_from_epoch": resumed["resumed_from"],
         "same_weights_sha256": same,
+        "one_core_same_weights_sha256": same_one_core,
         "startup_s": {"fresh": whole["startup_s"], "resumed": resumed["startup_s"]},
         "resume_overhead_s": round(resumed["startup_s"] - whole["startup_s"], 2),
         "median_epoch_s": sorted(epoch_s)[len(epoch_s) // 2],
         "seconds": {
             "labelling_run": warm["seconds"],
             "whole": whole["seconds"],
+            "one_core": pinned["seconds"],
             "killed": killed["seconds"],
             "resumed": resumed["seconds"],
         },
-        "runs": {"whole": whole, "killed": killed, "resumed": resumed},
+        "runs": {"whole": whole, "one_core": pinned, "killed": killed, "resumed": resumed},
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "resume_cost.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -136,6 +152,8 @@ def main() -> None:
         f"| wall: uninterrupted / killed + resumed | {s['whole']} s / "
         f"{round(s['killed'] + s['resumed'], 2)} s |",
         f"| same weights (sha256) as uninterrupted | {'yes' if same else 'NO'} |",
+        f"| uninterrupted on one core: same weights | {'yes' if same_one_core else 'NO'} |",
+        f"| wall: uninterrupted on one core | {s['one_core']} s |",
     ]
     text = smoke.markdown("\n".join(md) + "\n")
     (args.out / "resume_cost.md").write_text(text)

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import random
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from typing import Any
 from edgekd.config import DataConfig
 from edgekd.errors import EdgeKDError
 from edgekd.io import parse_json, read_regular
+from edgekd.progress import console, shown
 
 TEXT_COLUMNS = ("sentence", "text", "content", "review", "document", "sentence1", "question")
 LABEL_COLUMNS = ("label", "labels", "class", "category", "target", "sentiment")
@@ -32,6 +34,15 @@ SUFFIXES = (".tsv", ".csv", ".jsonl", ".json")
 # A held-out share of rows when a single file has no dev split: 10% is the usual
 # compromise between a stable accuracy estimate and training rows lost.
 HELD_OUT_SHARE = 0.1
+# A row is read up to its 8,192nd word and 256 KiB. No model edgekd builds reads past
+# 8,192 tokens (token lengths are ranged to that), and every tokenizer it meets makes at
+# least one token per whitespace word, so the words cut are words no model would read.
+# Without the cut, every per-word step (augmenters, the POS tagger, tokenizers) paid
+# for the whole row: one 5 MB row cost gigabytes. 256 KiB is 32 characters per kept
+# word; a 5,000-word review (~30 KB) is far inside both.
+MAX_ROW_WORDS = 8192
+MAX_ROW_CHARS = 1 << 18
+_WORD = re.compile(r"\S+")
 
 # GLUE sentences can exceed csv's default 128 KiB field limit in other tasks.
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -70,10 +81,25 @@ class TaskData:
         return len(self.label_names)
 
 
-def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
-    """Index batches of similar lengths: padding waste drops from ~2× to a few %."""
+def length_sorted_batches(
+    lengths: list[int], batch_size: int, max_tokens: int | None = None
+) -> list[list[int]]:
+    """Index batches of similar lengths: padding waste drops from ~2× to a few %. With
+    `max_tokens`, a batch also stops before rows × its longest row would pass it (a
+    batch always holds at least one row)."""
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if max_tokens is None:
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches: list[list[int]] = []
+    for i in order:  # ascending, so the row added is the batch's longest
+        if (
+            not batches
+            or len(batches[-1]) >= batch_size
+            or ((len(batches[-1]) + 1) * lengths[i] > max_tokens)
+        ):
+            batches.append([])
+        batches[-1].append(i)
+    return batches
 
 
 def bucketed_batches(
@@ -88,6 +114,11 @@ def bucketed_batches(
     (weights ~5e-7 apart after 20 steps on 1 vs 2 threads), and the ThreadGovernor
     picks threads by measured speed, so one seed gave two students; one-length batches
     come out bit-identical on any count (tests/test_threads.py).
+
+    A batch of one row is that row twice (when `batch_size` > 1): oneDNN's LSTM backward
+    on a single row sums in a thread-count-dependent order even in MKL's strict mode
+    (`edgekd.threads`), and SST-2's rarest lengths leave such batches every epoch. Two
+    copies give the same mean loss and, with their own dropout masks, a fair gradient.
 
     With `pool`: shuffle, cut into pools of `pool` batches, sort each pool by length,
     batch it; lengths mix where a pool's sorted run crosses from one to the next.
@@ -106,6 +137,8 @@ def bucketed_batches(
         for start in range(0, len(order), batch_size * pool):
             chunk = sorted(order[start : start + batch_size * pool], key=lengths.__getitem__)
             batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    if batch_size > 1:
+        batches = [b * 2 if len(b) == 1 else b for b in batches]
     rng.shuffle(batches)
     return batches
 
@@ -118,31 +151,24 @@ def _words(text: Text) -> tuple[str, ...]:
     return tuple(side.lower().split())
 
 
-def _spans(words: tuple[str, ...]) -> set[tuple[str, ...]]:
-    """Every contiguous run of words (n·(n+1)/2 of them)."""
-    return {words[i:j] for i in range(len(words)) for j in range(i + 1, len(words) + 1)}
-
-
 def maximal_rows(texts: Sequence[Text]) -> list[int]:
     """Indices of the rows no other row contains as a run of words (case-insensitive),
     first occurrence of each. In a phrase dataset these are the whole sentences; in
-    most datasets, every distinct row. Each row's runs are looked up in the set of all
-    rows: n·(n+1)/2 lookups for an n-word row (~3 s for SST-2's 67k rows)."""
+    most datasets, every distinct row. Rows are looked up by hashed windows
+    (`edgekd.overlap`), so a long row costs its length, not its length cubed."""
     return _maximal([_words(t) for t in texts])
 
 
 def _maximal(words: list[tuple[str, ...]]) -> list[int]:
-    whole = set(words)
-    inner: set[tuple[str, ...]] = set()
-    for w in whole:
-        inner |= {s for s in _spans(w) if s != w and s in whole}
-    seen: set[tuple[str, ...]] = set()
-    out = []
+    from edgekd.overlap import contained
+
+    first: dict[tuple[str, ...], int] = {}
     for i, w in enumerate(words):
-        if w and w not in inner and w not in seen:
-            seen.add(w)
-            out.append(i)
-    return out
+        if w:
+            first.setdefault(w, i)
+    distinct = list(first)
+    inner = contained(distinct, distinct, same=True)
+    return [first[w] for w, x in zip(distinct, inner, strict=True) if not x]
 
 
 def carve_selection(train: Split, rows: int, seed: int) -> tuple[Split, Split, int]:
@@ -164,10 +190,10 @@ def carve_selection(train: Split, rows: int, seed: int) -> tuple[Split, Split, i
     # At most a tenth of the training rows, so small data keeps most of its rows.
     picked = rng.sample(candidates, min(rows, len(candidates), max(1, len(train) // 10)))
     chosen = set(picked)
-    taken: set[tuple[str, ...]] = set()
-    for i in picked:
-        taken |= _spans(words[i])
-    keep = [i for i, w in enumerate(words) if i not in chosen and w not in taken]
+    from edgekd.overlap import contained
+
+    taken = contained(words, [words[i] for i in picked])
+    keep = [i for i in range(len(words)) if i not in chosen and not taken[i]]
     dropped = len(train) - len(keep) - len(picked)
     picked.sort()
     return (
@@ -497,7 +523,27 @@ def _label_names(train: RawSplit) -> list[str]:
     return sorted(names)
 
 
-def _to_ids(raw: RawSplit, names: list[str]) -> Split:
+def cut_row(text: str) -> str:
+    """`text` up to its `MAX_ROW_WORDS`-th word and `MAX_ROW_CHARS` characters, cut at a
+    word's end (a single word longer than the cap is cut inside it); `text` itself when
+    nothing but whitespace would go."""
+    if len(text) <= MAX_ROW_WORDS:  # fewer characters than the cap has words
+        return text
+    end = len(text)
+    if end > MAX_ROW_CHARS:
+        end = MAX_ROW_CHARS
+        if not text[end].isspace():  # the cap fell inside a word: end before that word
+            space = max(text.rfind(c, 0, end) for c in " \t\n")
+            end = space if space > 0 else end
+    for n, word in enumerate(_WORD.finditer(text, 0, end), 1):
+        if n == MAX_ROW_WORDS:
+            end = word.end()
+            break
+    return text if not text[end:].strip() else text[:end].rstrip()
+
+
+def _to_ids(raw: RawSplit, names: list[str]) -> tuple[Split, int]:
+    """The rows with label ids, and how many had a text cut (`cut_row`)."""
     index = {n: i for i, n in enumerate(names)}
     ids: list[int] = []
     for i, value in enumerate(raw.labels):
@@ -519,12 +565,16 @@ def _to_ids(raw: RawSplit, names: list[str]) -> Split:
             )
         ids.append(index[key])
     texts: list[Text] = []
+    cut = 0
     for i, text in enumerate(raw.texts):
         sides = text if isinstance(text, tuple) else (text,)
         if any(side is None or not str(side).strip() for side in sides):
             raise EdgeKDError(f"{raw.where(i)} has an empty text; drop the row")
-        texts.append(str(text) if len(sides) == 1 else (str(sides[0]), str(sides[1])))
-    return Split(texts, ids)
+        whole = [str(side) for side in sides]
+        kept = [cut_row(side) for side in whole]
+        cut += kept != whole
+        texts.append(kept[0] if len(kept) == 1 else (kept[0], kept[1]))
+    return Split(texts, ids), cut
 
 
 # ---------------------------------------------------------------- entry point
@@ -546,7 +596,7 @@ def load_task(cfg: DataConfig) -> TaskData:
         raise EdgeKDError(
             f"{raw_train.origin} has a single label ({names[0]!r}); a classifier needs two or more"
         )
-    train = _to_ids(raw_train, names)
+    train, cut = _to_ids(raw_train, names)
     notes = []
     if raw_dev is None:
         # No dev split: hold out a seeded share of train, never the same rows twice.
@@ -560,7 +610,16 @@ def load_task(cfg: DataConfig) -> TaskData:
     else:
         if not raw_dev.texts:
             raise EdgeKDError(f"{raw_dev.origin} has no rows; give at least one labelled row")
-        dev = _to_ids(raw_dev, names)
+        dev, cut_dev = _to_ids(raw_dev, names)
+        cut += cut_dev
+    if cut:
+        rows = f"{cut:,} row{'s' if cut != 1 else ''}"
+        notes.append(
+            f"{rows} longer than {MAX_ROW_WORDS:,} words or {MAX_ROW_CHARS // 1024} KiB were "
+            f"cut there (no model reads past {MAX_ROW_WORDS:,} tokens)"
+        )
+    for note in notes:
+        console.print(f"data: {shown(note)}")
     return TaskData(
         train=train.subsample(cfg.max_train, cfg.seed),
         dev=dev.subsample(cfg.max_dev, cfg.seed),

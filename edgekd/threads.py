@@ -8,11 +8,31 @@ and every barrier waits for it: a BiLSTM training on 2 threads fell from ~2,000 
 instead of 300,000) only lifted 30 to ~100. So training loops run a `ThreadGovernor`,
 which measures and picks the thread count; onnxruntime labelling uses single-thread
 sessions, one per core (`OnnxPredictor(workers=...)`), which have no barrier at all.
+
+Switching thread counts must never change a student: the same command gives the same
+weights, resumed or not, loaded or quiet. Three things make training bit-identical on
+1 and 2 threads (tests/test_threads.py): MKL's strict reproducibility mode
+(`MKL_CBWR=AUTO,STRICT`, set by `import edgekd`), under which its GEMMs no longer
+depend on the thread count; `ExactLayerNorm`, since torch's fused LayerNorm backward
+sums its weight gradient in per-thread partials; and no one-row training batch
+(`edgekd.data.bucketed_batches`), since oneDNN's LSTM backward on one row does not
+follow the strict mode. Where the strict mode is not in effect (no MKL, or MKL ran
+before edgekd was imported), the governor keeps one thread count for the whole run.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+# mkl_service.h: the strict-mode bit of a CNR setting, and "every setting" to query.
+MKL_CBWR_STRICT, MKL_CBWR_ALL = 0x10000, -1
 
 
 def available_cores() -> int:
@@ -22,6 +42,187 @@ def available_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # macOS, Windows: no affinity call
         return max(1, os.cpu_count() or 1)
+
+
+def strict_blas() -> bool | None:
+    """Whether torch's MKL runs in strict reproducibility mode: None where torch has no
+    MKL to ask (its BLAS is then not known to be thread-count exact)."""
+    import torch
+
+    suffix = {"darwin": ".dylib", "win32": ".dll"}.get(sys.platform, ".so")
+    name = "torch_cpu" if sys.platform == "win32" else "libtorch_cpu"
+    try:
+        get = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / f"{name}{suffix}"))
+        query = get.mkl_serv_cbwr_get  # MKL is linked into torch's CPU library
+    except (OSError, AttributeError):
+        return None
+    query.argtypes, query.restype = [ctypes.c_int], ctypes.c_int
+    return bool(query(MKL_CBWR_ALL) & MKL_CBWR_STRICT)
+
+
+# torch splits work into threads only past 32,768 elements (at::internal::GRAIN_SIZE).
+GRAIN = 32768
+ROW = 1024  # `exact_sum`'s row width: 1,024 outputs to split among threads
+
+
+def exact_sum(x: Any) -> Any:
+    """The sum of every element of tensor `x`, the same bits on any thread count.
+
+    torch reduces a large tensor to one number in per-thread partial sums (a two-pass
+    reduction), so 1 and 2 threads differ in the last bits; a reduction along one
+    dimension with many outputs is split by output instead, each summed whole by one
+    thread. So rows of 1,024 are summed column by column first, then the 1,024 sums
+    (below the grain: serial)."""
+    import torch
+
+    flat = x.reshape(-1)
+    if flat.numel() <= GRAIN:
+        return flat.sum()
+    pad = -flat.numel() % ROW
+    if pad:
+        flat = torch.nn.functional.pad(flat, (0, pad))
+    return flat.view(-1, ROW).sum(0).sum()
+
+
+def exact_clip_grad_norm_(parameters: Any, max_norm: float) -> Any:
+    """`torch.nn.utils.clip_grad_norm_` (2-norm, fp32 CPU training) through `exact_sum`:
+    its per-tensor norms reduce a whole gradient to one number, thread by thread, and
+    a scale that differs in the last bit changes every weight it clips."""
+    import torch
+
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    total = torch.stack([exact_sum(g.detach().pow(2)) for g in grads]).sum().sqrt()
+    scale = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.detach().mul_(scale)
+    return total
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Within: torch computes on one thread. For one-off work whose kernels are not
+    thread-count exact even in MKL's strict mode (LAPACK's SVD, reductions to one
+    number), so a student starts from the same weights on a 1-core and a 16-core box."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@functools.cache
+def _exact_softmax_class() -> Any:
+    import torch
+
+    class ExactSoftmax(torch.autograd.Function):
+        """softmax (or log_softmax) whose backward is elementwise ops and one sum along
+        `dim`. torch's own backward kernel (`_softmax_backward_data`) gives other bits
+        on 1 and 2 threads past 32,768 values (BERT's attention: 8 × 12 × 20 × 20)."""
+
+        @staticmethod
+        def forward(ctx: Any, x: Any, dim: int, log: bool) -> Any:  # type: ignore[override]
+            y = torch.log_softmax(x, dim) if log else torch.softmax(x, dim)
+            ctx.save_for_backward(y)
+            ctx.dim, ctx.log = dim, log
+            return y
+
+        @staticmethod
+        def backward(ctx: Any, g: Any) -> Any:  # type: ignore[override]
+            (y,) = ctx.saved_tensors
+            if ctx.log:
+                return g - y.exp() * g.sum(ctx.dim, keepdim=True), None, None
+            return y * (g - (g * y).sum(ctx.dim, keepdim=True)), None, None
+
+    return ExactSoftmax
+
+
+def _exact_call(original: Any, log: bool) -> Any:
+    """`original` (a softmax or log_softmax, function or method) with an exact backward
+    for the plain call `(x, dim[, dtype=])` on a tensor that needs a gradient."""
+    import torch
+
+    exact = _exact_softmax_class()
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        x = args[0] if args else kwargs.get("input")
+        dim = args[1] if len(args) > 1 else kwargs.get("dim")
+        dtype = kwargs.get("dtype")
+        plain = len(args) <= 2 and set(kwargs) <= {"input", "dim", "dtype"}
+        if not (plain and isinstance(dim, int) and isinstance(x, torch.Tensor)):
+            return original(*args, **kwargs)
+        if not (torch.is_grad_enabled() and x.requires_grad):
+            return original(*args, **kwargs)
+        return exact.apply(x if dtype is None else x.to(dtype), dim, log)
+
+    return call
+
+
+@contextmanager
+def exact_softmax() -> Iterator[None]:
+    """Within: every softmax and log_softmax that torch, torch.nn.functional or a tensor
+    method computes for a gradient backpropagates through `ExactSoftmax`. Attention
+    code calls them by attribute (transformers' eager BERT attention calls
+    `nn.functional.softmax`), so a training step's forward is wrapped in this rather
+    than every model rewritten; the old functions are back on the way out."""
+    import torch
+    import torch.nn.functional as F
+
+    owners = [(torch, "softmax", False), (torch, "log_softmax", True), (F, "softmax", False),
+              (F, "log_softmax", True), (torch.Tensor, "softmax", False),
+              (torch.Tensor, "log_softmax", True)]  # fmt: skip
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in owners]
+    try:
+        for (owner, name, log), (_, _, original) in zip(owners, saved, strict=True):
+            setattr(owner, name, _exact_call(original, log))
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+def exact_layer_norms(model: Any) -> int:
+    """Replace every `nn.LayerNorm` in `model` by an `ExactLayerNorm` holding the same
+    parameters (state-dict names unchanged); the number replaced."""
+    import torch
+
+    exact, swapped = _exact_layer_norm_class(), 0
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is torch.nn.LayerNorm:
+                setattr(module, name, exact(child))
+                swapped += 1
+    return swapped
+
+
+@functools.cache
+def _exact_layer_norm_class() -> type:  # built on first use: importing threads is cheap
+    import torch
+    import torch.nn.functional as F
+
+    class ExactLayerNorm(torch.nn.Module):
+        """LayerNorm as normalise, then `* weight + bias` as separate ops. torch's fused
+        CPU kernel sums the weight and bias gradients over rows in per-thread
+        partials, so 1 and 2 threads differ in the last bits (every BERT LayerNorm,
+        then the whole model after a few hundred steps); autograd's sum over rows of
+        a broadcast product splits the columns instead, the same on any count."""
+
+        def __init__(self, norm: torch.nn.LayerNorm) -> None:
+            super().__init__()
+            self.normalized_shape, self.eps = norm.normalized_shape, norm.eps
+            self.weight, self.bias = norm.weight, norm.bias
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = F.layer_norm(x, self.normalized_shape, None, None, self.eps)
+            if self.weight is not None:
+                y = y * self.weight
+            return y + self.bias if self.bias is not None else y
+
+    return ExactLayerNorm
 
 
 class ThreadGovernor:
@@ -34,8 +235,9 @@ class ThreadGovernor:
     So the loop is timed in windows of `seconds`; each count's latest speed is kept,
     the faster count runs, and every `probe_every`-th window runs the other count, so
     a load that comes or goes is followed within seconds. A probe costs at most one
-    window in ten. The BiLSTM's weights come out bit-identical on 1 and 2 threads
-    (tests/test_threads.py), so the choice never changes the student.
+    window in ten. Training is bit-identical on 1 and 2 threads in MKL's strict mode
+    (module docstring), so the choice never changes the student; without that mode
+    (`strict_blas()` not True) it never switches, and `note` says so.
     """
 
     def __init__(
@@ -45,6 +247,15 @@ class ThreadGovernor:
 
         self.torch = torch
         self.counts = sorted({1, cores or available_cores()}, reverse=True)
+        self.note: str | None = None
+        if len(self.counts) > 1 and not strict_blas():
+            self.counts = self.counts[:1]
+            self.note = (
+                f"threads: {self.counts[0]} for the whole run, since MKL is not in strict "
+                "mode (MKL_CBWR=AUTO,STRICT, set when edgekd is imported before torch "
+                "computes) and switching would change the weights; a busy machine "
+                "slows this run more than it would"
+            )
         self.seconds, self.probe_every = seconds, probe_every
         self.speed: dict[int, float] = {}  # rows/s of each count's latest window
         self.current = self.counts[0]

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+import edgekd  # noqa: F401  (first: it turns on MKL's strict mode before torch computes)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 

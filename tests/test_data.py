@@ -382,3 +382,74 @@ def test_load_task_refused_when_a_split_file_in_the_folder_is_a_symlink(tmp_path
     with pytest.raises(EdgeKDError, match=r"train\.tsv is a symlink.*--data FILE"):
         load(data)
     assert len(load(outside).train) > 0  # the file itself, named by the user, is read
+
+
+# ---------------------------------------------------------------- long rows
+
+
+def test_cut_row_keeps_the_words_a_model_can_read():
+    from edgekd.data import MAX_ROW_CHARS, MAX_ROW_WORDS, cut_row
+
+    short = "a perfectly ordinary review " * 1000  # 4,000 words: untouched, same object
+    assert cut_row(short) is short
+    long = " ".join(f"w{i}" for i in range(MAX_ROW_WORDS + 500))
+    assert cut_row(long).split() == long.split()[:MAX_ROW_WORDS]
+    padded = " ".join(["w"] * MAX_ROW_WORDS) + "   \n"  # only whitespace past the cap
+    assert cut_row(padded) is padded
+    # One 5 MB "word" (no spaces): cut at the character cap.
+    assert cut_row("x" * 5_000_000) == "x" * MAX_ROW_CHARS
+    # Long words: the character cap falls inside one, which goes whole.
+    words = ("y" * 40 + " ") * 7000
+    kept = cut_row(words)
+    assert len(kept) <= MAX_ROW_CHARS and set(kept.split()) == {"y" * 40}
+
+
+def test_load_task_cuts_huge_rows_and_says_so(tmp_path, capsys):
+    from edgekd.data import MAX_ROW_WORDS
+
+    huge = " ".join(["good"] * 800_000)  # ~4 MB on one line
+    (tmp_path / "train.tsv").write_text(
+        f"sentence\tlabel\n{huge}\t1\nbad film\t0\n{huge}\t0\ngood film\t1\n"
+    )
+    (tmp_path / "dev.tsv").write_text(f"sentence\tlabel\n{huge}\t1\nfine\t0\n")
+    task = load(tmp_path)
+    assert [len(t.split()) for t in task.train.texts] == [MAX_ROW_WORDS, 2, MAX_ROW_WORDS, 2]
+    assert len(task.dev.texts[0].split()) == MAX_ROW_WORDS
+    note = "3 rows longer than 8,192 words or 256 KiB were cut there"
+    assert any(note in n for n in task.notes)
+    assert "data: " + note in capsys.readouterr().err
+
+
+def test_load_task_cuts_each_side_of_a_pair(tmp_path):
+    from edgekd.data import MAX_ROW_WORDS
+
+    huge = " ".join(["x"] * (MAX_ROW_WORDS + 5))
+    rows = "".join(f"{huge}\tshort {i}\t{i % 2}\n" for i in range(4))
+    (tmp_path / "train.tsv").write_text("sentence1\tsentence2\tlabel\n" + rows)
+    task = load(tmp_path / "train.tsv", text_pair_column="sentence2")
+    a, b = task.train.texts[0]
+    assert len(a.split()) == MAX_ROW_WORDS and b.startswith("short")
+
+
+def test_length_sorted_batches_hold_a_token_budget_when_given():
+    lengths = [4] * 10 + [100] * 5 + [1000]
+    batches = length_sorted_batches(lengths, 8, max_tokens=400)
+    # 8 rows of 4 tokens; the 2 left with 2 of 100 tokens (4 × 100 = 400); the other
+    # 3 of 100; the 1,000-token row alone (a batch always holds a row).
+    assert [len(b) for b in batches] == [8, 4, 3, 1]
+    assert all(len(b) * max(lengths[i] for i in b) <= 400 or len(b) == 1 for b in batches)
+    assert length_sorted_batches(lengths, 8) == length_sorted_batches(lengths, 8, None)
+
+
+def test_bucketed_batches_never_train_one_row_alone():
+    import random
+
+    from edgekd.data import bucketed_batches
+
+    lengths = [3] * 9 + [7] + [5] * 5  # 9 = 4 + 4 + 1; one row of 7; 5 = 4 + 1
+    batches = bucketed_batches(lengths, 4, random.Random(0))
+    assert sorted(len(b) for b in batches) == [2, 2, 2, 4, 4, 4]
+    doubled = [b for b in batches if len(b) == 2]
+    assert all(b[0] == b[1] for b in doubled)  # the row twice: the same mean loss
+    assert sorted({i for b in batches for i in b}) == list(range(len(lengths)))
+    assert all(len(b) == 1 for b in bucketed_batches([1, 2], 1, random.Random(0)))

@@ -88,3 +88,106 @@ def test_bilstm_training_is_bit_identical_on_one_and_two_threads():
     finally:
         torch.set_num_threads(before)
     assert all(torch.equal(one[k], two[k]) for k in one)
+
+
+def test_mkl_strict_mode_is_on_once_edgekd_is_imported():
+    # conftest imports edgekd before torch computes anything, as the CLI does.
+    from edgekd.threads import strict_blas
+
+    assert strict_blas() in (True, None)  # None: a torch without MKL (nothing to ask)
+
+
+def test_governor_keeps_one_count_when_blas_is_not_strict(monkeypatch):
+    from edgekd import threads
+
+    monkeypatch.setattr(threads, "strict_blas", lambda: False)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    gov = ThreadGovernor(cores=2, seconds=0.0)
+    assert gov.counts == [2] and "strict" in (gov.note or "")
+    monkeypatch.setattr(threads, "strict_blas", lambda: True)
+    assert ThreadGovernor(cores=2).note is None
+
+
+def test_exact_sum_matches_sum_and_ignores_the_thread_count():
+    from edgekd.threads import exact_sum
+
+    x = torch.randn(3, 17, 1031, generator=torch.Generator().manual_seed(0))  # 52,581 values
+    before = torch.get_num_threads()
+    try:
+        sums = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            sums.append(exact_sum(x))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(sums[0], sums[1])
+    assert torch.allclose(sums[0], x.double().sum().float(), rtol=1e-5)
+    assert exact_sum(torch.ones(10)) == 10  # under the grain: a plain sum
+
+
+def test_exact_softmax_has_torchs_gradients_and_is_undone_on_exit():
+    import torch.nn.functional as F
+
+    from edgekd.threads import exact_softmax
+
+    originals = (torch.softmax, F.softmax, F.log_softmax, torch.Tensor.softmax)
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(4, 3, 9, 9, generator=g), torch.randn(4, 3, 9, 9, generator=g)
+    grads = []
+    for exact in (False, True):
+        for fn in (lambda t: F.softmax(t, dim=-1), lambda t: t.log_softmax(-1)):
+            leaf = x.clone().requires_grad_()
+            with exact_softmax() if exact else torch.enable_grad():
+                (fn(leaf) * w).sum().backward()
+            grads.append(leaf.grad)
+    assert torch.allclose(grads[0], grads[2], atol=1e-6)
+    assert torch.allclose(grads[1], grads[3], atol=1e-6)
+    assert (torch.softmax, F.softmax, F.log_softmax, torch.Tensor.softmax) == originals
+
+
+def test_exact_clip_scales_as_torchs_clip():
+    from edgekd.threads import exact_clip_grad_norm_
+
+    g = torch.Generator().manual_seed(0)
+    ours = [torch.nn.Parameter(torch.zeros(300, 200)) for _ in range(2)]
+    theirs = [torch.nn.Parameter(torch.zeros(300, 200)) for _ in range(2)]
+    for a, b in zip(ours, theirs, strict=True):
+        a.grad = torch.randn(300, 200, generator=g)
+        b.grad = a.grad.clone()
+    norm = exact_clip_grad_norm_(ours, 1.0)
+    assert torch.allclose(norm, torch.nn.utils.clip_grad_norm_(theirs, 1.0), rtol=1e-5)
+    assert all(torch.allclose(a.grad, b.grad, atol=1e-7) for a, b in zip(ours, theirs, strict=True))
+
+
+def test_bert_training_is_bit_identical_on_one_and_two_threads():
+    # Attention scores of 8 rows × 4 heads × 40² = 51,200 values, past torch's 32,768
+    # grain, where its own LayerNorm and softmax backward kernels split by thread.
+    from edgekd.students.bert import BertStudent, BertStudentConfig
+    from edgekd.threads import exact_clip_grad_norm_, exact_layer_norms, exact_softmax
+
+    def train(threads: int) -> dict[str, torch.Tensor]:
+        torch.set_num_threads(threads)
+        torch.manual_seed(0)
+        config = BertStudentConfig(
+            layers=2, hidden=64, heads=4, ffn=128, max_position_embeddings=64
+        )
+        model = BertStudent(config, 500, 3)
+        assert exact_layer_norms(model) == 2 * 2 + 1  # 2 per layer and the embeddings'
+        optim = torch.optim.Adam(model.parameters(), 1e-3, fused=True)
+        gen = torch.Generator().manual_seed(1)
+        for rows, length in ((8, 40), (1, 33), (16, 40)):
+            ids = torch.randint(1, 500, (rows, length), generator=gen)
+            with exact_softmax():
+                loss = (model(ids, torch.ones_like(ids)) ** 2).mean()
+            loss.backward()
+            exact_clip_grad_norm_(model.parameters(), 0.1)  # small: it clips
+            optim.step()
+            optim.zero_grad()
+        return model.state_dict()
+
+    before = torch.get_num_threads()
+    try:
+        one, two = train(1), train(2)
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(one[k], two[k]) for k in one)

@@ -27,6 +27,7 @@ from torch import nn
 
 from edgekd.config import StrictModel
 from edgekd.students.base import map_layers
+from edgekd.threads import exact_sum
 
 
 @dataclass
@@ -130,7 +131,7 @@ def cls_vectors(hidden: tuple[torch.Tensor, ...], layers: list[int]) -> torch.Te
 def masked_mse(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean squared error over the positions where `mask` (broadcastable to a) is 1."""
     mask = mask.to(a.dtype).expand_as(a)
-    return ((a - b).pow(2) * mask).sum() / mask.sum().clamp_min(1.0)
+    return exact_sum((a - b).pow(2) * mask) / exact_sum(mask).clamp_min(1.0)
 
 
 class LayerOptions(StrictModel):
@@ -294,7 +295,7 @@ def attention_width(model: nn.Module) -> tuple[int, int]:
 def token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of batch × T `values` over the real tokens (mask 1)."""
     mask = mask.to(values.dtype)
-    return (values * mask).sum() / mask.sum().clamp_min(1.0)
+    return exact_sum(values * mask) / exact_sum(mask).clamp_min(1.0)
 
 
 class DistilBERTLoss(LayerLoss):
@@ -348,7 +349,7 @@ def relation_kl(teacher: torch.Tensor, student: torch.Tensor, mask: torch.Tensor
     log_s = torch.log_softmax(student.masked_fill(keys, -1e9), dim=-1)
     kl = (log_t.exp() * (log_t - log_s)).sum(-1)  # batch × heads × T
     queries = mask[:, None, :].to(kl.dtype).expand_as(kl)
-    return (kl * queries).sum() / queries.sum().clamp_min(1.0)
+    return exact_sum(kl * queries) / exact_sum(queries).clamp_min(1.0)
 
 
 class MiniLMLoss(LayerLoss):

@@ -75,7 +75,9 @@ class HintonKDLoss(DistillLoss):
         t = self.temperature
         log_p_s = F.log_softmax(student / t, dim=1)
         log_p_t = F.log_softmax(teacher / t, dim=1)
-        kl = F.kl_div(log_p_s, log_p_t, log_target=True, reduction="batchmean")
+        # batchmean as row sums, then their mean: "batchmean" sums batch × classes to one
+        # number in per-thread partials past 32,768 values (`edgekd.threads.exact_sum`).
+        kl = F.kl_div(log_p_s, log_p_t, log_target=True, reduction="none").sum(1).mean()
         return kl * t * t
 
 

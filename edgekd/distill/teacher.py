@@ -69,6 +69,13 @@ def teacher_label_names(config: Any) -> list[str]:
     return [str(config.id2label[i]) for i in range(config.num_labels)]
 
 
+# A labelling forward pass holds `batch_size` rows of up to 128 tokens, or as many
+# longer rows as that many tokens: short tasks batch as they always did, while 512-token
+# rows go 16 at a time (of 64). Attention scores hold rows × heads × length² floats:
+# 16 × 12 × 512² × 4 B = 200 MB for MiniLM, where 64 such rows took 805 MB per layer.
+TOKENS_PER_ROW = 128
+
+
 def teacher_logits(
     model: Any,
     tokenizer: Any,
@@ -94,7 +101,7 @@ def teacher_logits(
     out = np.zeros((len(texts), model.config.num_labels), dtype=np.float32)
     with progress_bar() as bar, torch.inference_mode():
         task = bar.add_task(description, total=len(texts), rate="")
-        for idx in length_sorted_batches(lengths, batch_size):
+        for idx in length_sorted_batches(lengths, batch_size, batch_size * TOKENS_PER_ROW):
             enc = tokenizer(
                 [texts[i] for i in idx],
                 truncation=True,
@@ -151,6 +158,9 @@ def finetune(
             label2id={v: k for k, v in id2label.items()},
             dtype=torch.float32,
             ignore_mismatched_sizes=True,
+            # Eager attention calls nn.functional.softmax, which `exact_softmax` makes
+            # thread-count exact; SDPA's math path (dropout on) softmaxes inside C++.
+            attn_implementation="eager",
         )
     except (OSError, ValueError) as e:
         raise EdgeKDError(
@@ -162,8 +172,14 @@ def finetune(
     from edgekd.distill.trainer import keeps_later, on_cpu_only
 
     accelerator = Accelerator(cpu=on_cpu_only())
-    from edgekd.threads import ThreadGovernor
+    from edgekd.threads import (
+        ThreadGovernor,
+        exact_clip_grad_norm_,
+        exact_layer_norms,
+        exact_softmax,
+    )
 
+    exact_layer_norms(model)  # the same weights on any thread count (`edgekd.threads`)
     train, select, overlap = carve_selection(task.train, cfg.selection_rows, cfg.seed)
     texts, labels = train.texts, train.labels
     steps_per_epoch = (len(texts) + cfg.batch_size - 1) // cfg.batch_size
@@ -209,6 +225,8 @@ def finetune(
     step, start = resume.epoch * steps_per_epoch, time.perf_counter()
     epoch_start, epoch_loss, epoch_steps = start, 0.0, 0
     governor = ThreadGovernor()  # all cores when quiet, one when another process is busy
+    if governor.note:
+        console.print(governor.note)
     model.train()
     with progress_bar() as bar:
         job = bar.add_task("fine-tune teacher", total=total_steps, rate="")
@@ -225,9 +243,10 @@ def finetune(
                 )
                 enc = {k: v.to(accelerator.device) for k, v in enc.items()}
                 y = torch.tensor([labels[i] for i in idx], device=accelerator.device)
-                loss = torch.nn.functional.cross_entropy(model(**enc).logits, y)
+                with exact_softmax():  # the same bits on any thread count
+                    loss = torch.nn.functional.cross_entropy(model(**enc).logits, y)
                 accelerator.backward(loss)
-                accelerator.clip_grad_norm_(model.parameters(), 1.0)
+                exact_clip_grad_norm_(model.parameters(), 1.0)
                 optim.step()
                 sched.step()
                 optim.zero_grad()

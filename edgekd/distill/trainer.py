@@ -170,6 +170,12 @@ def train_student(
     loader = torch.utils.data.DataLoader(
         batches, batch_size=1, shuffle=False, collate_fn=lambda b: collate(b[0])
     )
+    from edgekd.threads import exact_clip_grad_norm_, exact_layer_norms, exact_softmax
+
+    # Same weights on any thread count (`edgekd.threads`); parameters are kept, not copied.
+    for trained in (model, layer_loss):
+        if trained is not None:
+            exact_layer_norms(trained)
     trainable = list(model.parameters()) + (
         list(layer_loss.parameters()) if layer_loss is not None else []
     )
@@ -256,6 +262,8 @@ def train_student(
     # All of its cores when quiet (its share under `accelerate launch`: processes
     # splitting 2 cores get one each), one when another process is busy.
     governor = ThreadGovernor(max(1, available_cores() // processes))
+    if governor.note:
+        console.print(governor.note)
     cut_for_time: int | None = None
     with progress_bar() as bar:
         job = bar.add_task("distill", total=cfg.epochs * len(loader), rate="")
@@ -272,9 +280,10 @@ def train_student(
             model.train()
             total, count, epoch_start = 0.0, 0, time.perf_counter()
             for i, batch in enumerate(loader):
-                loss = step_loss(batch, epoch)
+                with exact_softmax():  # the same bits on any thread count
+                    loss = step_loss(batch, epoch)
                 accelerator.backward(loss)
-                accelerator.clip_grad_norm_(trainable, cfg.grad_clip)
+                exact_clip_grad_norm_(trainable, cfg.grad_clip)  # `edgekd.threads`
                 step = (epoch - 1) * len(loader) + i
                 for group in optim.param_groups:
                     group["lr"] = lr * lr_factor(step, total_steps, warmup_steps, cfg.lr_decay)

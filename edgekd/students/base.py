@@ -149,6 +149,13 @@ def project_rows(matrix: torch.Tensor, dim: int, seed: int = 0) -> torch.Tensor:
     variance of the teacher's geometry. Wider: extra columns of small noise (also
     when fewer rows than `dim` leave fewer principal directions than columns).
     """
+    from edgekd.threads import one_thread
+
+    with one_thread():  # LAPACK's SVD and `std` split work by thread: one start everywhere
+        return _project_rows(matrix, dim, seed)
+
+
+def _project_rows(matrix: torch.Tensor, dim: int, seed: int) -> torch.Tensor:
     width = matrix.shape[1]
     if dim == width:
         return matrix.clone()

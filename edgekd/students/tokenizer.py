@@ -127,10 +127,17 @@ class StudentTokenizer:
             firsts = self.ids([a for a, _ in texts])
             seconds = self.ids([b for _, b in texts])
             return list(zip(firsts, seconds, strict=True))  # type: ignore[arg-type]
+        from edgekd.data import cut_row
+
         out: list[Row] = []
         fill = [self.tokenizer.token_to_id(UNK) or self.pad_id]
         for start in range(0, len(texts), ENCODE_CHUNK):
-            chunk = texts[start : start + ENCODE_CHUNK]
+            # Texts that did not come through the loader (`edgekd predict`, the API) are
+            # cut as it cuts them: words no model reads are never tokenized.
+            chunk = [
+                cut_row(t) if isinstance(t, str) else tuple(map(cut_row, t))
+                for t in texts[start : start + ENCODE_CHUNK]
+            ]
             for enc in self.tokenizer.encode_batch(
                 chunk, add_special_tokens=self.add_special_tokens
             ):

@@ -215,4 +215,5 @@ def test_probe_batches_keep_only_full_batches_when_there_are_enough():
     assert len(batches) == 10 >= MIN_FULL_BATCHES
     assert all(len(b) == 4 and {lengths[i] for i in b} == {3} for b in batches)
     few = probe_batches([3] * 8 + [5, 6], 4, random.Random(0))  # 2 full: time them all
-    assert sorted(len(b) for b in few) == [1, 1, 4, 4]
+    # A one-row batch trains as that row twice (`bucketed_batches`), so it is timed so.
+    assert sorted(len(b) for b in few) == [2, 2, 4, 4]
