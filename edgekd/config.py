@@ -384,34 +384,39 @@ class DistillConfig(StrictModel):
         # teacher_max_length failed inside its forward pass (an index error, exit 4) on
         # the first long text, after data had loaded. Checked here for teachers that are
         # local folders; the default 128 drops to a smaller teacher's positions.
+        for teacher in [self.teacher, *self.extra_teachers]:
+            positions = teacher_positions(teacher)
+            if positions is not None:
+                self.fit_teacher_positions(teacher, positions)
+        return self
+
+    def fit_teacher_positions(self, teacher: str, positions: int) -> None:
+        """Refuse (ValueError) lengths past a teacher's `positions`, or lower the default
+        teacher_max_length to them. Run when the config is read for local teachers, and
+        by `distill` once a hub teacher has loaded (its config is known only then)."""
         from edgekd.registry import STUDENTS
 
         fields = STUDENTS.config_model(self.student.name).model_fields
-        for teacher in [self.teacher, *self.extra_teachers]:
-            positions = teacher_positions(teacher)
-            if positions is None:
-                continue
-            # A BERT-style student copies the teacher's positions unless told otherwise.
-            copies = {"max_position_embeddings", "max_length"} <= set(fields) and (
-                "max_position_embeddings" not in self.student.options
-            )
-            length = copies and self.student.options.get("max_length", fields["max_length"].default)
-            if teacher == self.teacher and copies and length > positions:
-                raise ValueError(
-                    f"student.options.max_length {length} exceeds the teacher {teacher}'s "
-                    f"max_position_embeddings {positions}, which the student copies; set "
-                    f"student.options.max_length ≤ {positions}"
-                )
-            if self.teacher_max_length <= positions:
-                continue
-            if "teacher_max_length" not in self.model_fields_set:
-                self.teacher_max_length = max(8, positions)
-                continue
+        # A BERT-style student copies the teacher's positions unless told otherwise.
+        copies = {"max_position_embeddings", "max_length"} <= set(fields) and (
+            "max_position_embeddings" not in self.student.options
+        )
+        length = copies and self.student.options.get("max_length", fields["max_length"].default)
+        if teacher == self.teacher and copies and length > positions:
             raise ValueError(
-                f"teacher_max_length {self.teacher_max_length} exceeds the teacher {teacher}'s "
-                f"max_position_embeddings {positions}; set teacher_max_length ≤ {positions}"
+                f"student.options.max_length {length} exceeds the teacher {teacher}'s "
+                f"max_position_embeddings {positions}, which the student copies; set "
+                f"student.options.max_length ≤ {positions}"
             )
-        return self
+        if self.teacher_max_length <= positions:
+            return
+        if "teacher_max_length" not in self.model_fields_set:
+            self.teacher_max_length = max(8, positions)
+            return
+        raise ValueError(
+            f"teacher_max_length {self.teacher_max_length} exceeds the teacher {teacher}'s "
+            f"max_position_embeddings {positions}; set teacher_max_length ≤ {positions}"
+        )
 
 
 def teacher_positions(teacher: str) -> int | None:
@@ -425,8 +430,12 @@ def teacher_positions(teacher: str) -> int | None:
         data = json.loads(read_regular(path, "teacher config", "fix the teacher", MAX_JSON_BYTES))
     except (EdgeKDError, ValueError):
         return None  # the teacher's own loading says what is wrong with it
-    if not isinstance(data, dict):
-        return None
+    return positions_of(data) if isinstance(data, dict) else None
+
+
+def positions_of(data: dict[str, Any]) -> int | None:
+    """Tokens a model with this config (a config.json's fields) can read; None when
+    it does not say."""
     positions = data.get("max_position_embeddings")
     if not isinstance(positions, int) or isinstance(positions, bool) or positions < 1:
         return None

@@ -48,6 +48,7 @@ from edgekd.config import (
     TeacherConfig,
     apply_sets,
     load_yaml,
+    seed_field,
     validate,
 )
 from edgekd.errors import EdgeKDError
@@ -101,7 +102,7 @@ class Recipe(StrictModel):
 
     name: str = Field(..., pattern=PLAIN_NAME)
     out: str | None = Field(None, description="Run folder; default runs/<name>.")
-    seed: int = 0
+    seed: int = seed_field("Seed of every stage the recipe runs")
     data: DataConfig
     teacher: TeacherStage = Field(default_factory=TeacherStage)
     distill: dict[str, Any] = Field(

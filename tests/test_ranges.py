@@ -125,6 +125,27 @@ def test_distill_bert_student_max_length_refused_when_teacher_has_fewer_position
     assert not out.exists()
 
 
+def test_distill_refuses_lengths_past_a_hub_teachers_positions_before_labelling(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # A hub id has no local config.json to read when the config is: its positions are
+    # checked once the teacher has loaded, before any row is labelled.
+    import edgekd.config
+    import edgekd.stages.distill as stage
+
+    for module in (edgekd.config, stage):
+        monkeypatch.setattr(module, "teacher_positions", lambda teacher: None)
+
+    def labelled(*args: object, **kwargs: object) -> None:
+        raise AssertionError("work started before the options were checked")
+
+    monkeypatch.setattr(stage, "teacher_labels", labelled)
+    out = tmp_path / "out"
+    args = distill_args(tiny_teacher, tiny_data, out, "-s", "teacher_max_length=65")
+    refused(args, "teacher_max_length 65", "max_position_embeddings 64")
+    assert not out.exists()
+
+
 def test_teacher_max_length_default_lowered_to_teacher_positions(tiny_teacher):
     assert DistillConfig(teacher=str(tiny_teacher)).teacher_max_length == 64
     assert DistillConfig(teacher=str(tiny_teacher), teacher_max_length=64).teacher_max_length == 64
@@ -221,3 +242,14 @@ def test_saved_configs_with_json_reload(tiny_teacher):
     cfg = DistillConfig(teacher=str(tiny_teacher), seed=2**32 - 1)
     again = DistillConfig.model_validate(json.loads(cfg.model_dump_json()))
     assert again == cfg
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32])
+def test_recipe_seed_refused_when_outside_numpy_range(tmp_path, tiny_data, seed):
+    from edgekd.errors import EdgeKDError
+    from edgekd.recipe import load_recipe
+
+    path = tmp_path / "r.yaml"
+    path.write_text(f"name: r\nseed: {seed}\ndata: {{spec: {tiny_data}}}\n")
+    with pytest.raises(EdgeKDError, match="seed"):
+        load_recipe(path)

@@ -16,7 +16,13 @@ import numpy as np
 import torch
 
 from edgekd.artifacts import CONFIG, DistillMetrics
-from edgekd.config import DistillConfig, save_config, validate
+from edgekd.config import (
+    DistillConfig,
+    positions_of,
+    save_config,
+    teacher_positions,
+    validate,
+)
 from edgekd.data import Split, align_labels, carve_selection, load_task
 from edgekd.distill import checkpoint as ckpt
 from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
@@ -106,6 +112,13 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     t = time.perf_counter()
     task = load_task(cfg.data)
     teacher, teacher_tok = load_teacher(cfg.teacher)
+    if teacher_positions(cfg.teacher) is None:  # a hub teacher: its positions known now
+        positions = positions_of(teacher.config.to_dict())
+        try:
+            if positions is not None:
+                cfg.fit_teacher_positions(cfg.teacher, positions)
+        except ValueError as e:
+            raise EdgeKDError(str(e)) from None
     task = align_labels(task, teacher_label_names(teacher.config))
     # The rows that choose the epoch: held out of training, so dev chooses nothing.
     train, select, overlap = carve_selection(task.train, cfg.selection_rows, cfg.seed)

@@ -24,7 +24,7 @@ from edgekd.budget import Budget, evaluate
 from edgekd.config import DistillConfig, PlanConfig, save_config
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, check_not_input, check_output
-from edgekd.progress import console
+from edgekd.progress import console, shown
 from edgekd.registry import STUDENTS, Component
 
 # Limits an untrained student can be judged on: they depend on shape alone.
@@ -88,7 +88,7 @@ def plan(
     candidates = []
     with atomic_dir(out_dir, overwrite) as tmp, tempfile.TemporaryDirectory() as work:
         for name, c in zip(names, cfg.grid, strict=True):
-            console.print(f"plan: {name}")  # one plain line per candidate (CI logs)
+            console.print(f"plan: {shown(name)}")  # one plain line per candidate (CI logs)
             m = measure(c, task, teacher, teacher_tok, cfg, Path(work) / name, b.threads, seq_len)
             failed = [r.limit for r in evaluate(shape_only, m["metrics"]) if not r.passed]
             candidates.append(
