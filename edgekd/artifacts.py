@@ -150,6 +150,9 @@ class Artifact(Nested):
 
     FILE: ClassVar[str]
     MADE_BY: ClassVar[str]  # the command that writes it, for the fix in an error
+    # Layout versions this edgekd reads. A file whose `format` is another (a newer
+    # edgekd's, or crafted) is refused: read as version 1 it was silently trusted.
+    FORMATS: ClassVar[tuple[int, ...]] = (1,)
 
     @classmethod
     def path(cls, where: str | Path) -> Path:
@@ -164,6 +167,13 @@ class Artifact(Nested):
         if not isinstance(data, dict):
             raise EdgeKDError(
                 f"{path} is not a JSON object; re-create {path.name} with `{cls.MADE_BY}`"
+            )
+        version = data.get("format", 1)  # files from before a format field are version 1
+        if type(version) is not int or version not in cls.FORMATS:
+            raise EdgeKDError(
+                f"{path} is format {str(version)[:20]}, which this edgekd does not read "
+                f"(it reads {', '.join(map(str, cls.FORMATS))}); re-create it with "
+                f"`{cls.MADE_BY}`, or upgrade edgekd"
             )
         try:
             return cls.model_validate(data)

@@ -754,9 +754,19 @@ def predict(
 
     rows: list[Any] = list(texts or [])
     if file is not None:
-        if not file.is_file():
-            raise EdgeKDError(f"--file {file} does not exist; check the path")
-        for line in file.read_text(encoding="utf-8").splitlines():
+        from edgekd.io import read_regular
+
+        if file.is_dir():
+            raise EdgeKDError(f"--file {file} is a folder; give a text file, one text per line")
+        # A regular file only: a FIFO would block the read (and was called missing).
+        data = read_regular(file, "--file", "give a text file, one text per line")
+        try:
+            lines = data.decode("utf-8").splitlines()
+        except UnicodeDecodeError as e:
+            raise EdgeKDError(
+                f"--file {file} is not UTF-8 (byte {e.start}); save it as UTF-8"
+            ) from None
+        for line in lines:
             if line.strip():
                 first, tab, second = line.partition("\t")
                 rows.append((first, second) if tab else line)

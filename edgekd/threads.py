@@ -10,14 +10,20 @@ which measures and picks the thread count; onnxruntime labelling uses single-thr
 sessions, one per core (`OnnxPredictor(workers=...)`), which have no barrier at all.
 
 Switching thread counts must never change a student: the same command gives the same
-weights, resumed or not, loaded or quiet. Three things make training bit-identical on
-1 and 2 threads (tests/test_threads.py): MKL's strict reproducibility mode
-(`MKL_CBWR=AUTO,STRICT`, set by `import edgekd`), under which its GEMMs no longer
-depend on the thread count; `ExactLayerNorm`, since torch's fused LayerNorm backward
-sums its weight gradient in per-thread partials; and no one-row training batch
-(`edgekd.data.bucketed_batches`), since oneDNN's LSTM backward on one row does not
-follow the strict mode. Where the strict mode is not in effect (no MKL, or MKL ran
-before edgekd was imported), the governor keeps one thread count for the whole run.
+weights, resumed or not, loaded or quiet. What makes training bit-identical on 1, 2 and
+alternating threads (tests/test_threads.py, tests/distill/test_resume.py):
+- MKL's strict reproducibility mode (`MKL_CBWR=AUTO,STRICT`, set by `import edgekd`),
+  under which its matrix products no longer depend on the thread count;
+- `ExactLayerNorm` and `exact_softmax`: torch's fused LayerNorm and softmax backward
+  kernels sum over rows or within rows in per-thread pieces;
+- `exact_sum` and `exact_clip_grad_norm_`: a reduction of a whole tensor to one number
+  runs in per-thread partial sums (layer losses, gradient norms);
+- no one-row training batch (`edgekd.data.bucketed_batches`): oneDNN's LSTM backward
+  on one row does not follow the strict mode;
+- `one_thread` around one-off work outside MKL's GEMMs (the SVD of the embedding
+  initialisation).
+Where the strict mode is not in effect (no MKL, or MKL ran before edgekd was imported),
+the governor keeps one thread count for the whole run.
 """
 
 from __future__ import annotations

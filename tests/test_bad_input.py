@@ -221,7 +221,7 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "predict/not-e2e": (["predict", E + "/model.onnx", "hi"], 2, "export --e2e"),
     "bundle/e2e-none": (["bundle", E, "--out", OUT, "--model", "e2e"], 2, "export with --e2e"),
     "predict/file-missing": (["predict", B, "--file", "{w}/nope.txt"], 2, "does not exist"),
-    "predict/file-folder": (["predict", B, "--file", X], 2, "does not exist"),
+    "predict/file-folder": (["predict", B, "--file", X], 2, "is a folder"),
     "predict/threads": (["predict", B, "hi", "--threads", "-2"], 2, "--threads"),
     # run
     "run/missing": (["run", "{w}/nope.yaml"], 2, "does not exist"),

@@ -19,6 +19,7 @@ rerunning that config reproduces the student without a budget.
 from __future__ import annotations
 
 import copy
+import math
 import random
 import time
 from collections.abc import Callable
@@ -95,6 +96,7 @@ def _probe(
     ids = tok.ids([texts[i] for i in sample])
     batches = probe_batches([tok.length(x) for x in ids], cfg.batch_size, rng)
     rows, spent, started = 0, 0.0, time.perf_counter()
+    every_rows, every_spent = 0, 0.0  # warm-up steps included, for tiny data
     for n, batch in enumerate(batches):
         t = time.perf_counter()
         enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in batch]).items()}
@@ -105,11 +107,16 @@ def _probe(
         optim.zero_grad()
         if averaged is not None:
             averaged.update_parameters(probe)
+        took = time.perf_counter() - t
+        every_rows, every_spent = every_rows + len(batch), every_spent + took
         if n >= 2:  # the first steps allocate: not the steady rate
-            rows, spent = rows + len(batch), spent + time.perf_counter() - t
+            rows, spent = rows + len(batch), spent + took
         if time.perf_counter() - started > seconds and n >= 5:
             break
-    return rows / spent if spent > 0 else float("inf")
+    if spent <= 0:  # under 3 batches (a few rows): their time, warm-up and all
+        rows, spent = every_rows, every_spent
+    # A rate, never infinity: a clock too coarse to see a step still saw a microsecond.
+    return rows / max(spent, 1e-6) if rows else 1.0
 
 
 def probe_batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:
@@ -140,6 +147,8 @@ def augmented_room(
 
 def plan_epochs(left_s: float, rows: int, train_rate: float, max_epochs: int) -> int:
     """Whole epochs over `rows` rows that fit in `left_s` seconds, 1..max_epochs."""
+    if not math.isfinite(train_rate):  # an unmeasured rate fits every epoch
+        return max(1, max_epochs)
     fit = int(max(left_s, 0.0) * train_rate / max(rows, 1))
     return max(1, min(max_epochs, fit))
 

@@ -53,7 +53,7 @@ from edgekd.io import (
     owned_files,
     sha256_file,
 )
-from edgekd.students.predict import E2EPredictor, OnnxPredictor, softmax
+from edgekd.students.predict import E2EPredictor, OnnxPredictor, check_rows, softmax
 
 MANIFEST = BundleManifest.FILE
 MODEL = MODEL_FILES["fp32"]  # whichever model ships, under one name
@@ -210,6 +210,7 @@ class Bundle:
 
     def __init__(self, path: str | Path, threads: int = 0) -> None:
         path = Path(path)
+        self.path = path  # what errors name: a .zip's temp folder is gone by then
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if path.suffix == ".zip" and path.is_file():
             self._tmp = unpack(path)
@@ -236,6 +237,7 @@ class Bundle:
 
     def predict(self, texts: list[Any]) -> list[dict[str, Any]]:
         """Label and class probabilities per text (a pair: a (first, second) tuple)."""
+        check_rows(texts, getattr(self.predictor, "pairs", None), self.path)
         return label_rows(self.label_names, probabilities(self.predictor, texts))
 
 
@@ -309,7 +311,12 @@ def _check_entries(path: Path, infos: list[zipfile.ZipInfo]) -> None:
         # it could write outside the temp folder).
         # casefold: model.onnx and MODEL.onnx are one file on macOS's default disk.
         if not is_plain_name(name) or name.casefold() in names:
-            what = "twice" if name.casefold() in names else f"{name!r}, which no edgekd bundle has"
+            # The name itself, quoted: "holds twice" named nothing to look for.
+            what = (
+                f"{name!r} twice (names differing only in case are one file on some disks)"
+                if name.casefold() in names
+                else f"{name!r}, which no edgekd bundle has"
+            )
             raise EdgeKDError(f"{path} holds {what}; {BUNDLE_FIX}")
         names.add(name.casefold())
         kind_bits = stat.S_IFMT(info.external_attr >> 16)  # Unix file type; 0: unstated

@@ -30,6 +30,36 @@ class Predictor(Protocol):
     def logits(self, texts: list[str]) -> np.ndarray: ...
 
 
+def reads_pairs(input_names: list[str], add_special_tokens: bool) -> bool | None:
+    """Whether a model takes sentence pairs (True), single texts (False) or either (None):
+    a siamese pair model has a second input (`input_ids_b`); one without it or special
+    tokens reads one text per row; one with [CLS]/[SEP] reads a pair as one row."""
+    if "input_ids_b" in input_names:
+        return True
+    return None if add_special_tokens else False
+
+
+def check_rows(texts: list[Any], pairs: bool | None, model: str | Path) -> None:
+    """Refuse in one line rows of the other kind than `model` reads (`reads_pairs`).
+    Without this a pair model given one text died inside onnxruntime or torch (an
+    internal error, exit 4), and a single-text model given pairs silently read only
+    each pair's first text."""
+    if pairs is None:
+        return
+    i = next((i for i, t in enumerate(texts) if isinstance(t, str) != (not pairs)), None)
+    if i is None:
+        return
+    if pairs:
+        raise EdgeKDError(
+            f"{model} reads sentence pairs, but row {i + 1} is a single text; give pairs: "
+            "--text-pair-column with --data, or 'first<TAB>second' lines with --file"
+        )
+    raise EdgeKDError(
+        f"{model} reads one text per row, but row {i + 1} is a sentence pair; drop "
+        "--text-pair-column, or give one text per line (no tab) with --file"
+    )
+
+
 class OnnxPredictor:
     """An ONNX classifier run with onnxruntime on the CPU."""
 
@@ -91,6 +121,7 @@ class OnnxPredictor:
         ]
         self.session = self.sessions[0]
         self.input_names = [i.name for i in self.session.get_inputs()]
+        self.pairs = reads_pairs(self.input_names, self.tokenizer.add_special_tokens)
         self.batch_size = batch_size
 
     def feed(self, ids: list[Any]) -> dict[str, np.ndarray]:
@@ -103,6 +134,7 @@ class OnnxPredictor:
         """Logits in the order of `texts`; with `description`, a progress bar."""
         import contextlib
 
+        check_rows(texts, self.pairs, self.path)
         ids = self.tokenizer.packed_ids(texts)
         out = np.zeros((len(texts), len(self.label_names)), dtype=np.float32)
         with contextlib.ExitStack() as stack:
@@ -217,11 +249,14 @@ class StudentPredictor:
     def __init__(self, folder: str | Path) -> None:
         from edgekd.students.base import load_student
 
+        self.folder = folder
         self.model, self.tokenizer, self.label_names = load_student(folder)
+        self.pairs = reads_pairs(list(self.model.onnx_inputs()), self.tokenizer.add_special_tokens)
 
     def logits(self, texts: list[str]) -> np.ndarray:
         from edgekd.students.base import predict_logits
 
+        check_rows(texts, self.pairs, self.folder)
         return predict_logits(self.model, self.tokenizer, self.tokenizer.ids(texts))
 
 

@@ -217,3 +217,11 @@ def test_probe_batches_keep_only_full_batches_when_there_are_enough():
     few = probe_batches([3] * 8 + [5, 6], 4, random.Random(0))  # 2 full: time them all
     # A one-row batch trains as that row twice (`bucketed_batches`), so it is timed so.
     assert sorted(len(b) for b in few) == [2, 2, 4, 4]
+
+
+def test_plan_epochs_fits_every_epoch_when_the_rate_is_unmeasured():
+    # Two training rows make one probe batch, none past warm-up: int(inf) was exit 4.
+    from edgekd.distill.timebudget import plan_epochs
+
+    assert plan_epochs(60.0, 2, float("inf"), 7) == 7
+    assert plan_epochs(60.0, 2, 1.0, 7) == 7 and plan_epochs(1.0, 100, 1.0, 7) == 1
