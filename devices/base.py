@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
@@ -198,7 +199,10 @@ def packaged_devices() -> list[str]:
 def load_spec(name_or_path: str, **overrides: Any) -> DeviceSpec:
     """A packaged spec by name or a YAML file, with `overrides` (e.g. host) applied."""
     path = Path(name_or_path)
-    if not path.is_file():
+    # Something at that path that is no regular file (a FIFO, a folder) is named by
+    # `load_yaml`'s reader, not called an unknown device.
+    named = os.sep in name_or_path or path.suffix in (".yaml", ".yml")
+    if not path.is_file() and not (named and os.path.lexists(path)):
         path = SPEC_DIR / f"{name_or_path}.yaml"
         if not path.is_file():
             raise EdgeKDError(

@@ -37,12 +37,13 @@ MAX_DEPTH = 64
 # (~1 MB for 500k rows); 64 MiB is far above any real one.
 MAX_JSON_BYTES = 64 << 20
 
-FILE_KINDS = {  # what a stat mode that is no regular file or folder names
+FILE_KINDS = {  # what a stat mode that is no regular file names, in an error
     stat.S_IFIFO: "a FIFO (named pipe)",
     stat.S_IFCHR: "a character device",
     stat.S_IFBLK: "a block device",
     stat.S_IFSOCK: "a socket",
     stat.S_IFLNK: "a symlink",
+    stat.S_IFDIR: "a folder",
 }
 
 

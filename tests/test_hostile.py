@@ -753,7 +753,7 @@ FIFO_CASES: dict[str, Any] = {
     "6/eval-data-file": (["eval", S, "--data", F + "/train.tsv"], 2, "FIFO"),
     "6/check-budget": (["check", E, "--budget", F + "/budget.yaml"], 2, "is a FIFO (named pipe)"),
     "6/run-recipe": (["run", F + "/recipe.yaml"], 2, "is a FIFO (named pipe)"),
-    "6/profile-device-spec": (["profile", E + "/model.onnx", "--device", F + "/config.yaml"], 2, "unknown device"),
+    "6/profile-device-spec": (["profile", E + "/model.onnx", "--device", F + "/config.yaml"], 2, "is a FIFO"),
     "6/predict-file": (["predict", B, "--file", F + "/texts.txt"], 2, "is a FIFO"),
     "6/bundle-tokenizer": (["bundle", F + "/export", "--out", OUT], 2, "tokenizer.json is a FIFO"),
 }  # fmt: skip
