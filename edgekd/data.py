@@ -35,8 +35,10 @@ SUFFIXES = (".tsv", ".csv", ".jsonl", ".json")
 # compromise between a stable accuracy estimate and training rows lost.
 HELD_OUT_SHARE = 0.1
 # A row is read up to its 8,192nd word and 256 KiB. No model edgekd builds reads past
-# 8,192 tokens (token lengths are ranged to that), and every tokenizer it meets makes at
-# least one token per whitespace word, so the words cut are words no model would read.
+# 8,192 tokens (token lengths are ranged to that), and the tokenizers it meets make at
+# least one token per whitespace word (but for words of only zero-width or control
+# characters, which they drop), so the words cut are, all but always, words no model
+# would read.
 # Without the cut, every per-word step (augmenters, the POS tagger, tokenizers) paid
 # for the whole row: one 5 MB row cost gigabytes. 256 KiB is 32 characters per kept
 # word; a 5,000-word review (~30 KB) is far inside both.
@@ -524,22 +526,24 @@ def _label_names(train: RawSplit) -> list[str]:
 
 
 def cut_row(text: str) -> str:
-    """`text` up to its `MAX_ROW_WORDS`-th word and `MAX_ROW_CHARS` characters, cut at a
-    word's end (a single word longer than the cap is cut inside it); `text` itself when
-    nothing but whitespace would go."""
+    """`text` up to the end of its `MAX_ROW_WORDS`-th word, and of its last word that
+    ends within `MAX_ROW_CHARS` characters (a first word longer than that is cut at the
+    cap); `text` itself when nothing but whitespace would go. Words are runs of
+    non-whitespace as Python reads it (U+3000 and no-break spaces separate words too)."""
     if len(text) <= MAX_ROW_WORDS:  # fewer characters than the cap has words
         return text
-    end = len(text)
-    if end > MAX_ROW_CHARS:
-        end = MAX_ROW_CHARS
-        if not text[end].isspace():  # the cap fell inside a word: end before that word
-            space = max(text.rfind(c, 0, end) for c in " \t\n")
-            end = space if space > 0 else end
-    for n, word in enumerate(_WORD.finditer(text, 0, end), 1):
-        if n == MAX_ROW_WORDS:
-            end = word.end()
+    end = None
+    for n, word in enumerate(_WORD.finditer(text), 1):
+        if word.end() > MAX_ROW_CHARS:
+            if n == 1:  # one word past the cap: its first characters
+                return text[word.start() : word.start() + MAX_ROW_CHARS]
             break
-    return text if not text[end:].strip() else text[:end].rstrip()
+        end = word.end()
+        if n == MAX_ROW_WORDS:
+            break
+    if end is None:  # only whitespace
+        return text
+    return text if not text[end:].strip() else text[:end]
 
 
 def _to_ids(raw: RawSplit, names: list[str]) -> tuple[Split, int]:

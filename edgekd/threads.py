@@ -257,10 +257,10 @@ class ThreadGovernor:
         if len(self.counts) > 1 and not strict_blas():
             self.counts = self.counts[:1]
             self.note = (
-                f"threads: {self.counts[0]} for the whole run, since MKL is not in strict "
-                "mode (MKL_CBWR=AUTO,STRICT, set when edgekd is imported before torch "
-                "computes) and switching would change the weights; a busy machine "
-                "slows this run more than it would"
+                f"threads: {self.counts[0]} for the whole run, since torch's BLAS is not "
+                "MKL in strict mode (MKL_CBWR=AUTO,STRICT, set when edgekd is imported "
+                "before torch computes) and switching would change the weights; a busy "
+                "machine slows this run more than it would"
             )
         self.seconds, self.probe_every = seconds, probe_every
         self.speed: dict[int, float] = {}  # rows/s of each count's latest window

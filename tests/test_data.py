@@ -402,6 +402,12 @@ def test_cut_row_keeps_the_words_a_model_can_read():
     words = ("y" * 40 + " ") * 7000
     kept = cut_row(words)
     assert len(kept) <= MAX_ROW_CHARS and set(kept.split()) == {"y" * 40}
+    # Other whitespace separates words too: ideographic space, no-break space.
+    cjk = "intro " + ("語" * 40 + "\u3000") * 7000
+    assert len(cut_row(cjk)) > MAX_ROW_CHARS - 50 and len(cut_row(cjk).split()) > 6000
+    # Never empty: leading whitespace past the cap keeps the words after it.
+    assert cut_row(" " * 300_000 + "a b c") == "a b c"
+    assert cut_row("   " + "x" * 300_000) == "x" * MAX_ROW_CHARS
 
 
 def test_load_task_cuts_huge_rows_and_says_so(tmp_path, capsys):

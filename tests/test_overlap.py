@@ -67,3 +67,28 @@ def test_contained_never_trusts_a_hash_alone(monkeypatch):
     )
     rows = [("a", "b"), ("b", "a"), ("a", "b", "c"), ("c",)]
     assert contained(rows, rows, same=True) == inside_another(rows)
+
+
+def test_contained_anchors_each_row_on_its_rarest_window(monkeypatch):
+    # Rows from one template share their first words: anchored there, each of n rows
+    # was checked against all n (n² candidates); on its rarest window, against itself.
+    import random
+
+    from edgekd import overlap
+
+    rng = random.Random(0)
+    head = ("classify", "the", "sentiment", ":")
+    rows = list(
+        dict.fromkeys(
+            head + tuple(f"w{rng.randrange(5000)}" for _ in range(15)) for _ in range(2000)
+        )
+    )
+    checked = []
+    inside = overlap._inside
+    monkeypatch.setattr(
+        overlap,
+        "_inside",
+        lambda ask, q, box, at, *rest: checked.append(len(at)) or inside(ask, q, box, at, *rest),
+    )
+    assert contained(rows, rows, same=True) == [False] * len(rows)
+    assert sum(checked) < 3 * len(rows), sum(checked)  # ~1 per row, never ~n per row

@@ -169,15 +169,10 @@ def finetune(
         ) from None
     finally:
         hf_logging.set_verbosity(verbosity)
-    from edgekd.distill.trainer import keeps_later, on_cpu_only
+    from edgekd.distill.trainer import clip_gradients, keeps_later, on_cpu_only
 
     accelerator = Accelerator(cpu=on_cpu_only())
-    from edgekd.threads import (
-        ThreadGovernor,
-        exact_clip_grad_norm_,
-        exact_layer_norms,
-        exact_softmax,
-    )
+    from edgekd.threads import ThreadGovernor, exact_layer_norms, exact_softmax
 
     exact_layer_norms(model)  # the same weights on any thread count (`edgekd.threads`)
     train, select, overlap = carve_selection(task.train, cfg.selection_rows, cfg.seed)
@@ -246,7 +241,7 @@ def finetune(
                 with exact_softmax():  # the same bits on any thread count
                     loss = torch.nn.functional.cross_entropy(model(**enc).logits, y)
                 accelerator.backward(loss)
-                exact_clip_grad_norm_(model.parameters(), 1.0)
+                clip_gradients(accelerator, list(model.parameters()), 1.0)
                 optim.step()
                 sched.step()
                 optim.zero_grad()

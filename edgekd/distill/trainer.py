@@ -170,7 +170,7 @@ def train_student(
     loader = torch.utils.data.DataLoader(
         batches, batch_size=1, shuffle=False, collate_fn=lambda b: collate(b[0])
     )
-    from edgekd.threads import exact_clip_grad_norm_, exact_layer_norms, exact_softmax
+    from edgekd.threads import exact_layer_norms, exact_softmax
 
     # Same weights on any thread count (`edgekd.threads`); parameters are kept, not copied.
     for trained in (model, layer_loss):
@@ -283,7 +283,7 @@ def train_student(
                 with exact_softmax():  # the same bits on any thread count
                     loss = step_loss(batch, epoch)
                 accelerator.backward(loss)
-                exact_clip_grad_norm_(trainable, cfg.grad_clip)  # `edgekd.threads`
+                clip_gradients(accelerator, trainable, cfg.grad_clip)
                 step = (epoch - 1) * len(loader) + i
                 for group in optim.param_groups:
                     group["lr"] = lr * lr_factor(step, total_steps, warmup_steps, cfg.lr_decay)
@@ -417,6 +417,18 @@ def split_between(batches: list[list[int]], processes: int) -> list[list[int]]:
             else [batch] * processes
         )
     ]
+
+
+def clip_gradients(accelerator: Any, parameters: list[Any], max_norm: float) -> None:
+    """Clip the gradients' 2-norm to `max_norm`: thread-count exact on CPU in fp32
+    (`edgekd.threads.exact_clip_grad_norm_`); elsewhere accelerate's own, which first
+    unscales fp16 gradients and hands FSDP/DeepSpeed their clippers."""
+    from edgekd.threads import exact_clip_grad_norm_
+
+    if accelerator.device.type == "cpu" and accelerator.mixed_precision == "no":
+        exact_clip_grad_norm_(parameters, max_norm)
+    else:
+        accelerator.clip_grad_norm_(parameters, max_norm)
 
 
 def on_cpu_only() -> bool:

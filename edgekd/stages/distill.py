@@ -116,6 +116,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         positions = positions_of(teacher.config.to_dict())
         try:
             if positions is not None:
+                cfg = cfg.model_copy(deep=True)  # the caller's config stays as given
                 cfg.fit_teacher_positions(cfg.teacher, positions)
         except ValueError as e:
             raise EdgeKDError(str(e)) from None
