@@ -181,14 +181,19 @@ def exact_softmax() -> Iterator[None]:
     owners = [(torch, "softmax", False), (torch, "log_softmax", True), (F, "softmax", False),
               (F, "log_softmax", True), (torch.Tensor, "softmax", False),
               (torch.Tensor, "log_softmax", True)]  # fmt: skip
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in owners]
+    # Tensor's methods live on its C base class: what was not in the owner's own
+    # namespace is deleted again on the way out, not copied into it.
+    saved = [(o, name, getattr(o, name), name in vars(o)) for o, name, _ in owners]
     try:
-        for (owner, name, log), (_, _, original) in zip(owners, saved, strict=True):
+        for (owner, name, log), (_, _, original, _) in zip(owners, saved, strict=True):
             setattr(owner, name, _exact_call(original, log))
         yield
     finally:
-        for owner, name, original in saved:
-            setattr(owner, name, original)
+        for owner, name, original, own in saved:
+            if own:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)
 
 
 def exact_layer_norms(model: Any) -> int:

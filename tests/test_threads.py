@@ -62,6 +62,15 @@ def test_governor_on_one_core_never_switches(monkeypatch):
     assert available_cores() >= 1
 
 
+def on_one_and_two_threads(run):
+    """`run(threads)` on 1 thread, then on 2 (each sets its count), the count restored."""
+    before = torch.get_num_threads()
+    try:
+        return run(1), run(2)
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_bilstm_training_is_bit_identical_on_one_and_two_threads():
     # On batches of one length each, as the trainer's are (`bucketed_batches`), with
     # its fused Adam: the governor may switch threads mid-run and the seed still gives
@@ -82,11 +91,7 @@ def test_bilstm_training_is_bit_identical_on_one_and_two_threads():
             optim.zero_grad()
         return model.state_dict()
 
-    before = torch.get_num_threads()
-    try:
-        one, two = train(1), train(2)
-    finally:
-        torch.set_num_threads(before)
+    one, two = on_one_and_two_threads(train)
     assert all(torch.equal(one[k], two[k]) for k in one)
 
 
@@ -112,14 +117,12 @@ def test_exact_sum_matches_sum_and_ignores_the_thread_count():
     from edgekd.threads import exact_sum
 
     x = torch.randn(3, 17, 1031, generator=torch.Generator().manual_seed(0))  # 52,581 values
-    before = torch.get_num_threads()
-    try:
-        sums = []
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            sums.append(exact_sum(x))
-    finally:
-        torch.set_num_threads(before)
+
+    def total(threads: int) -> torch.Tensor:
+        torch.set_num_threads(threads)
+        return exact_sum(x)
+
+    sums = on_one_and_two_threads(total)
     assert torch.equal(sums[0], sums[1])
     assert torch.allclose(sums[0], x.double().sum().float(), rtol=1e-5)
     assert exact_sum(torch.ones(10)) == 10  # under the grain: a plain sum
@@ -143,6 +146,7 @@ def test_exact_softmax_has_torchs_gradients_and_is_undone_on_exit():
     assert torch.allclose(grads[0], grads[2], atol=1e-6)
     assert torch.allclose(grads[1], grads[3], atol=1e-6)
     assert (torch.softmax, F.softmax, F.log_softmax, torch.Tensor.softmax) == originals
+    assert "softmax" not in vars(torch.Tensor)  # still the C base class's method
 
 
 def test_exact_clip_scales_as_torchs_clip():
@@ -185,9 +189,5 @@ def test_bert_training_is_bit_identical_on_one_and_two_threads():
             optim.zero_grad()
         return model.state_dict()
 
-    before = torch.get_num_threads()
-    try:
-        one, two = train(1), train(2)
-    finally:
-        torch.set_num_threads(before)
+    one, two = on_one_and_two_threads(train)
     assert all(torch.equal(one[k], two[k]) for k in one)
