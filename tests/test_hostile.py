@@ -447,26 +447,23 @@ def dead_pid() -> int:
     return child.pid
 
 
-def export_copy(change: Callable[[Case, Path], None]) -> Callable[[Case], None]:
-    """Prep: {case}/exp, a copy of the export changed by `change(case, folder)`."""
+def copy_of(source: str, name: str) -> Callable[..., Callable[[Case], None]]:
+    """A prep maker: {case}/`name`, a copy of the world's `source` changed by
+    `change(case, folder)`."""
 
-    def prep(case: Case) -> None:
-        exp = case.dir / "exp"
-        shutil.copytree(case.world.w / "export", exp)
-        change(case, exp)
+    def maker(change: Callable[[Case, Path], None]) -> Callable[[Case], None]:
+        def prep(case: Case) -> None:
+            folder = case.dir / name
+            shutil.copytree(case.world.w / source, folder)
+            change(case, folder)
 
-    return prep
+        return prep
+
+    return maker
 
 
-def bundle_copy(change: Callable[[Case, Path], None]) -> Callable[[Case], None]:
-    """Prep: {case}/b, a copy of the bundle changed by `change(case, folder)`."""
-
-    def prep(case: Case) -> None:
-        b = case.dir / "b"
-        shutil.copytree(case.world.w / "bundle", b)
-        change(case, b)
-
-    return prep
+export_copy = copy_of("export", "exp")
+bundle_copy = copy_of("bundle", "b")
 
 
 def link_to(name: str, target: str) -> Callable[[Case, Path], None]:
