@@ -228,6 +228,16 @@ class TimePlan(Nested):
     cut_after: int | None = None
 
 
+class TfidfBaseline(Nested):
+    """TF-IDF + logistic regression fitted on the run's training rows and scored on its
+    dev rows (`edgekd.yardstick`): what the student must beat to be worth shipping."""
+
+    accuracy: float
+    n_train: int
+    n_dev: int
+    seconds: float
+
+
 class DistillMetrics(Artifact):
     FILE: ClassVar[str] = "metrics.json"
     MADE_BY: ClassVar[str] = "edgekd distill"
@@ -244,6 +254,7 @@ class DistillMetrics(Artifact):
     labels: list[str]
     time_plan: TimePlan | None = None
     processes: int = 1  # training processes (`accelerate launch --num_processes`)
+    tfidf: TfidfBaseline | None = Field(None, description="The yardstick on the same rows.")
 
 
 class LabelerCalibration(Artifact):
@@ -336,6 +347,9 @@ class ExportReport(Artifact):
     models: dict[Literal["fp32", "int8"], ExportedModel]
     student_accuracy: float | None = None
     teacher_accuracy: float | None = None
+    tfidf_accuracy: float | None = Field(
+        None, description="TF-IDF + LR on the same dev rows (the student's distill run)."
+    )
     int8_refused: bool = False
     int8_drop: float | None = None
     n_dev: int | None = None
@@ -717,3 +731,4 @@ class QuickstartSummary(Artifact):
     seconds: float
     seq_len: int
     check: CheckResult
+    tfidf_accuracy: float | None = Field(None, description="The yardstick on the same rows.")

@@ -58,6 +58,13 @@ class Budget(StrictModel):
     max_int8_drop: float | None = Field(
         None, ge=0, le=1, description="fp32 accuracy minus int8 accuracy, 0..1."
     )
+    min_margin_over_baseline: float | None = Field(
+        None,
+        ge=-1,
+        le=1,
+        description="Model accuracy minus that of TF-IDF + logistic regression fitted by "
+        "distill on the same rows, 0..1: 0.01 fails a model under 1 point above it.",
+    )
     max_peak_rss_mb: float | None = Field(
         None, gt=0, description="Peak resident memory while serving, MB."
     )
@@ -114,6 +121,7 @@ LIMITS: dict[str, tuple[str, Literal["<=", ">="], str]] = {
     "min_accuracy": ("accuracy", ">=", ""),
     "max_drop_vs_teacher": ("drop_vs_teacher", "<=", ""),
     "max_int8_drop": ("int8_drop", "<=", ""),
+    "min_margin_over_baseline": ("margin_over_tfidf", ">=", ""),
     "min_agreement": ("agreement", ">=", ""),
 }
 
@@ -239,6 +247,9 @@ def collect_metrics(dirs: list[Path], budget: Budget) -> dict[str, float | None]
         teacher = measured(report.teacher_accuracy)
         if teacher is not None and accuracy is not None:
             metrics["drop_vs_teacher"] = teacher - accuracy
+        tfidf = measured(report.tfidf_accuracy)
+        if tfidf is not None and accuracy is not None:
+            metrics["margin_over_tfidf"] = accuracy - tfidf
         metrics["int8_drop"] = measured(report.int8_drop)
     seen: set[str] = set()
     for d in dirs:

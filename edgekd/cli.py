@@ -255,7 +255,10 @@ def teacher(
     epochs: float = field(TeacherConfig, "epochs", "--epochs"),
     lr: float = field(TeacherConfig, "lr", "--lr"),
     batch_size: int = field(TeacherConfig, "batch_size", "--batch-size"),
-    max_length: int = field(TeacherConfig, "max_length", "--max-length"),
+    max_length: int | None = field(
+        TeacherConfig, "max_length", "--max-length", default="from the data"
+    ),
+    time_budget: float | None = field(TeacherConfig, "time_budget", "--time-budget"),
     seed: int = field(TeacherConfig, "seed", "--seed"),
     config: Path | None = CONFIG,
     set_: list[str] | None = SETS,
@@ -267,7 +270,7 @@ def teacher(
     cfg = load_config(TeacherConfig, config, set_)
     own = given(
         ctx, base=base, epochs=epochs, lr=lr, batch_size=batch_size, max_length=max_length,
-        seed=seed,
+        time_budget=time_budget, seed=seed,
     )  # fmt: skip
     cfg = override(cfg, **own)
     fields = data_fields(
@@ -490,6 +493,9 @@ def distill(
             f"student: accuracy {m.student_accuracy:.4f} (teacher {m.teacher_accuracy:.4f}, "
             f"agreement {m.agreement:.4f}, {m.params:,} params) → {out}"
         )
+        if m.tfidf is not None:
+            margin = 100 * (m.student_accuracy - m.tfidf.accuracy)
+            echo(f"TF-IDF + LR on the same rows: {m.tfidf.accuracy:.4f} (student {margin:+.1f} pt)")
 
 
 @app.command("eval")

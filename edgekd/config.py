@@ -119,16 +119,68 @@ class DataConfig(StrictModel):
     encoding: str = Field("utf-8", description="Text encoding of local data files.")
 
 
+class TeacherSchedule(StrictModel):
+    """What a run trained, in optimiser steps: written to the resolved config so that
+    rerunning it without a budget reproduces the teacher (`StepPlan`)."""
+
+    steps: int = Field(..., ge=1, description="Optimiser steps trained.")
+    decay_from: int | None = Field(None, ge=0, description="Step the cool-down started.")
+    decay_to: int | None = Field(None, ge=1, description="Step the learning rate reaches 0.")
+
+
 class TeacherConfig(StrictModel):
     base: str = Field(DEFAULT_BASE, description="HF id or folder of the encoder to fine-tune.")
     data: DataConfig = Field(default_factory=DataConfig)
-    epochs: float = Field(2.0, gt=0, description="Passes over the training rows (may be 0.5).")
-    lr: float = Field(5e-5, gt=0, description="AdamW peak learning rate.")
+    time_budget: float | None = Field(
+        15.0,
+        gt=0,
+        description="Minutes for the whole stage; the run ends within it, its cool-down "
+        "planned from the rate it measures. null: `epochs` (or the selection score) decides.",
+    )
+    epochs: float = Field(
+        10.0,
+        gt=0,
+        description="Passes over the training rows at most (may be 0.5); the budget or a "
+        "selection score that stopped rising usually ends the run first.",
+    )
+    lr: float = Field(5e-5, gt=0, description="AdamW peak learning rate of the encoder.")
+    head_lr: float | None = Field(
+        None, gt=0, description="Peak learning rate of the classifier's output layer; unset: lr."
+    )
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
-    warmup_ratio: float = Field(0.06, ge=0, lt=1, description="Linear warm-up share of steps.")
+    warmup_ratio: float = Field(
+        0.06, ge=0, lt=1, description="Linear warm-up share of the first epoch's steps."
+    )
+    cooldown: float = Field(
+        0.2,
+        gt=0,
+        lt=1,
+        description="Share of the run's steps at its end over which the learning rate falls "
+        "linearly to 0.",
+    )
+    patience: float = Field(
+        2.0,
+        gt=0,
+        description="Epochs without a better selection score before the cool-down starts.",
+    )
     batch_size: int = Field(32, ge=1, description="Rows per optimiser step (rows).")
-    max_length: int = Field(
-        64, ge=8, le=MAX_TOKENS, description="Tokens per example, longer ones truncated."
+    max_length: int | None = Field(
+        None,
+        ge=8,
+        le=MAX_TOKENS,
+        description="Tokens per example, longer ones truncated; unset: chosen from the "
+        "training rows (99% read whole, at most the encoder's positions).",
+    )
+    pooling: Literal["auto", "mean", "cls"] = Field(
+        "auto",
+        description="Sentence vector the head reads: mean of the last layer's tokens, or the "
+        "[CLS] pooler of a standard HF classifier; auto: how the base was trained (its "
+        "sentence-transformers pooling config), else cls.",
+    )
+    warm_start: Literal["probe", "none"] = Field(
+        "probe",
+        description="probe: fit the new head as a linear probe on the frozen encoder before "
+        "fine-tuning (LP-FT); none: a random head.",
     )
     eval_every: int = Field(
         300,
@@ -140,6 +192,11 @@ class TeacherConfig(StrictModel):
         ge=0,
         description="Training rows held out to pick the kept weights (as in distill); dev is "
         "never read to choose. 0: keep the last.",
+    )
+    schedule: TeacherSchedule | None = Field(
+        None,
+        description="Steps and cool-down to train exactly (written by a run to its resolved "
+        "config); unset: planned by the run.",
     )
     seed: int = seed_field("Seed for subsampling, initialisation and batch order")
 

@@ -78,7 +78,10 @@ def summarize(out: Path, seconds: float) -> QuickstartSummary:
         rows.append(row(f"student {kind}", entry.accuracy, out / VARIANT / "profile", stem))
     (check,) = [CheckResult.read(p) for p in sorted((out / VARIANT / "check").glob(CHECK_GLOB))]
     manifest = RunManifest.read(out)
-    return QuickstartSummary(rows=rows, seconds=seconds, seq_len=manifest.seq_len, check=check)
+    return QuickstartSummary(
+        rows=rows, seconds=seconds, seq_len=manifest.seq_len, check=check,
+        tfidf_accuracy=report.tfidf_accuracy,
+    )  # fmt: skip
 
 
 def row(name: str, accuracy: float | None, folder: Path, stem: str) -> SummaryRow:

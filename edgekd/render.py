@@ -267,6 +267,12 @@ def print_quickstart(summary: QuickstartSummary, data: str) -> None:
             ratio(base.p50_ms, r.p50_ms),
         )
     console.print(table)
+    if summary.tfidf_accuracy is not None:
+        shipped, margin = summary.rows[-1], ""
+        if shipped.accuracy is not None:
+            points = 100 * (shipped.accuracy - summary.tfidf_accuracy)
+            margin = f" ({shown(shipped.model)} {points:+.1f} pt)"
+        console.print(f"TF-IDF + LR on the same rows: {summary.tfidf_accuracy:.4f}{margin}")
     console.print(
         f"e2e = tokenize + infer one dev text at a time; budget "
         f"{'met' if summary.check.passed else 'MISSED'}; total {summary.seconds:.0f} s"

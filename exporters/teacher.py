@@ -24,13 +24,69 @@ def export_teacher(name_or_path: str, out_dir: str | Path, opset: int | None = N
     `opset=None` lets optimum pick the opset it recommends for the architecture.
     """
     from optimum.exporters.onnx import main_export
+    from transformers import AutoConfig
+
+    from edgekd.distill.pooled import is_pooled
+    from edgekd.distill.teacher import load_teacher
 
     with atomic_dir(out_dir) as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        # dtype fp32 whatever the stored weights: a checkpoint saved in fp16 (the
-        # reference teacher is) would otherwise export an fp16 graph slow on CPUs.
-        main_export(name_or_path, tmp, task="text-classification", opset=opset, dtype="fp32")
+        if is_pooled(AutoConfig.from_pretrained(name_or_path)):  # not an optimum architecture
+            model, tokenizer = load_teacher(name_or_path)
+            export_pooled(model, tokenizer, tmp / MODEL_FILES["fp32"], opset or 17)
+            model.config.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+        else:
+            # dtype fp32 whatever the stored weights: a checkpoint saved in fp16 (the
+            # reference teacher is) would otherwise export an fp16 graph slow on CPUs.
+            main_export(name_or_path, tmp, task="text-classification", opset=opset, dtype="fp32")
     return Path(out_dir) / MODEL_FILES["fp32"]
+
+
+# |ONNX − PyTorch| allowed on the pooled teacher's logits (optimum's own default atol).
+POOLED_ATOL = 1e-4
+
+
+def export_pooled(model: Any, tokenizer: Any, path: Path, opset: int) -> float:
+    """`torch.onnx.export` of a mean-pooled teacher (`PooledClassifier`) with the
+    tokenizer's inputs, batch and length dynamic; validated against PyTorch on rows of
+    several lengths (the max |difference| of the logits, refused above `POOLED_ATOL`)."""
+    import onnxruntime as ort
+    import torch
+
+    from edgekd.errors import EdgeKDError
+
+    texts = ["a short one", "a somewhat longer text, with a second clause to pad the others"]
+    enc = tokenizer(texts, padding=True, return_tensors="pt")
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in enc]
+
+    class Logits(torch.nn.Module):  # positional inputs in `names` order → logits
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args: Any) -> Any:
+            return self.model(**dict(zip(names, args, strict=True))).logits
+
+    axes = {n: {0: "batch", 1: "sequence"} for n in names} | {"logits": {0: "batch"}}
+    with torch.inference_mode():
+        torch.onnx.export(
+            Logits().eval(), tuple(enc[n] for n in names), str(path), input_names=names,
+            output_names=["logits"], dynamic_axes=axes, opset_version=opset, dynamo=False,
+        )  # fmt: skip
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        worst = 0.0
+        for batch in (texts, texts[:1], [texts[1] + " and more" * 20]):
+            feed = tokenizer(batch, padding=True, return_tensors="pt")
+            want = model(**{n: feed[n] for n in names}).logits.numpy()
+            got = session.run(None, {n: feed[n].numpy() for n in names})[0]
+            worst = max(worst, float(np.abs(got - want).max()))
+    if worst > POOLED_ATOL:
+        raise EdgeKDError(
+            f"the teacher's ONNX logits differ from PyTorch by {worst:.2e} > {POOLED_ATOL:.0e}; "
+            "label with --teacher-runtime torch"
+        )
+    return worst
 
 
 class OnnxLabelers:

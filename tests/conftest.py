@@ -140,6 +140,23 @@ def build_tiny_bert(folder: Path, classifier: bool = True, seed: int = 0, layers
     return folder
 
 
+def mark_mean_pooled(folder: Path) -> Path:
+    """Give a bare encoder folder sentence-transformers' files saying it was trained on
+    the mean of its tokens (as the packaged MiniLM's say)."""
+    import json
+
+    kinds = ("Transformer", "Pooling")
+    modules = [
+        {"path": path, "type": f"sentence_transformers.models.{kind}"}
+        for path, kind in zip(("", "1_Pooling"), kinds, strict=True)
+    ]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir(exist_ok=True)
+    pooling = {"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True}
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    return folder
+
+
 def build_other_vocab(folder: Path) -> Path:
     """A student tokenizer whose vocabulary differs from the tiny teacher's."""
     from transformers import BertTokenizerFast

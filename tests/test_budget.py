@@ -56,6 +56,7 @@ def test_collect_metrics_reads_export_and_matching_profile(tmp_path):
         json.dumps(
             {
                 "teacher_accuracy": 0.9,
+                "tfidf_accuracy": 0.85,
                 "int8_drop": 0.004,
                 "models": {
                     "fp32": {"path": "model.onnx", "bytes": 400, "accuracy": 0.884},
@@ -74,8 +75,9 @@ def test_collect_metrics_reads_export_and_matching_profile(tmp_path):
         )
     m = collect_metrics([tmp_path], Budget(max_p90_ms=1))
     assert m == pytest.approx(
-        {"bytes": 100, "accuracy": 0.88, "drop_vs_teacher": 0.02, "int8_drop": 0.004, "p90_ms": 1.5}
-    )
+        {"bytes": 100, "accuracy": 0.88, "drop_vs_teacher": 0.02, "int8_drop": 0.004,
+         "p90_ms": 1.5, "margin_over_tfidf": 0.03}
+    )  # fmt: skip
     assert (
         collect_metrics([tmp_path], Budget(model="fp32", threads=1, max_p90_ms=1))["p90_ms"] == 3.0
     )
@@ -176,6 +178,8 @@ def test_budget_for_device_falls_back_to_the_device_specs_defaults():
         ("max_drop_vs_teacher", 0.02, 0.02, 0.021),
         ("max_int8_drop", 0.005, 0.0, 0.006),
         ("min_agreement", 0.99, 1.0, 0.98),
+        ("min_margin_over_baseline", 0.01, 0.01, 0.009),
+        ("min_margin_over_baseline", -0.02, -0.02, -0.021),  # "at most 2 points under"
     ],
 )
 def test_every_limit_kind_passes_at_its_threshold_fails_past_it_and_fails_unmeasured(
@@ -190,7 +194,7 @@ def test_every_limit_kind_passes_at_its_threshold_fails_past_it_and_fails_unmeas
     assert [r.status for r in evaluate(budget, {})] == ["missing"]
     assert set(LIMITS) == {
         "max_bytes", "max_p90_ms", "max_peak_rss_mb", "max_init_ms", "min_accuracy",
-        "max_drop_vs_teacher", "max_int8_drop", "min_agreement",
+        "max_drop_vs_teacher", "max_int8_drop", "min_agreement", "min_margin_over_baseline",
     }  # fmt: skip
 
 

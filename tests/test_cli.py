@@ -101,6 +101,9 @@ def test_cli_chain_teacher_distill_export_profile_check(tmp_path: Path, tiny_dat
     assert r.exit_code == 0, r.output
     report = json.loads((tmp_path / "export" / "export.json").read_text())
     assert set(report["models"]) == {"fp32", "int8"}
+    # The distill run's yardstick rides along to the gate (min_margin_over_baseline).
+    distilled = json.loads((tmp_path / "student" / "metrics.json").read_text())
+    assert report["tfidf_accuracy"] == distilled["tfidf"]["accuracy"]
     assert report["models"]["fp32"]["agreement"] == 1.0  # fp32 ONNX = PyTorch on every row
 
     # eval scores all three kinds the same way; the fp32 ONNX must match its student.
@@ -137,6 +140,11 @@ def test_cli_chain_teacher_distill_export_profile_check(tmp_path: Path, tiny_dat
     r = invoke("check", "--budget", ok, tmp_path / "export", "--json", "-")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["passed"] is True
+
+    margin = tmp_path / "margin.yaml"
+    margin.write_text("min_margin_over_baseline: 1.0\n")  # 100 points over TF-IDF: never
+    r = invoke("check", "--budget", margin, tmp_path / "export")
+    assert r.exit_code == 1 and "min_margin_over_baseline" in r.output, r.output
 
     tight = tmp_path / "tight.yaml"
     tight.write_text("max_bytes: 10\nmin_accuracy: 0.0\n")

@@ -42,6 +42,8 @@ def test_quickstart_runs_every_stage_and_exits_with_the_budget_verdict(tmp_path,
     assert summary["check"]["model"] == ("int8" if "int8" in shipped else "fp32")
     assert r.exit_code == (0 if summary["check"]["passed"] else 1)
     assert "edgekd quickstart:" in r.output
+    # The yardstick the distill stage fitted, beside the shipped student.
+    assert 0 <= summary["tfidf_accuracy"] <= 1 and "TF-IDF + LR on the same rows" in r.output
     finished = [x.split(":")[0] for x in r.output.splitlines() if ": done in " in x]
     assert finished == [
         "teacher", "distill student", "export student", "teacher onnx", "profile teacher",

@@ -449,16 +449,17 @@ def main_choice(value: T) -> T:
     return broadcast_object_list([value], from_process=0)[0]  # type: ignore[no-any-return]
 
 
-def keeps_later(acc: float, best: float, n: int) -> bool:
+def keeps_later(acc: float, best: float, n: int, errors: float = 1.0) -> bool:
     """Whether an epoch scoring `acc` on `n` selection rows replaces the kept one, the
     best so far at `best`: unless it is worse by more than the standard error of
     `best` (the one-standard-error rule, turned to favour more training). 500 rows at
     0.88 measure ±√(0.88·0.12/500) = ±1.45 points: SST-2 runs swung 1.6 points on dev
     between epochs whose selection scores differed by 0.2-1.0, so a smaller gap is
-    noise, and the later weights, trained longer and averaged, are the better bet."""
+    noise, and the later weights, trained longer and averaged, are the better bet.
+    `errors`: how many standard errors count as noise."""
     if best < 0:  # nothing kept yet
         return True
-    return acc >= best - math.sqrt(best * (1.0 - best) / max(n, 1))
+    return acc >= best - errors * math.sqrt(best * (1.0 - best) / max(n, 1))
 
 
 def weight_average(model: torch.nn.Module, horizon: float | None, steps_per_epoch: int) -> Any:

@@ -52,6 +52,7 @@ from edgekd.io import atomic_dir, check_not_input, check_output, config_inputs
 from edgekd.progress import console, shown
 from edgekd.registry import STUDENTS
 from edgekd.students.base import predict_logits, save_student
+from edgekd.yardstick import tfidf_baseline
 
 
 def run_takd(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -> DistillMetrics:
@@ -128,6 +129,12 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     from accelerate import PartialState
 
     state = PartialState(cpu=on_cpu_only())
+    # The yardstick on the same rows (seconds; inside the budget, which plans around it).
+    t = time.perf_counter()
+    tfidf = tfidf_baseline(train, task.dev) if state.is_main_process else None
+    seconds["tfidf"] = time.perf_counter() - t
+    if tfidf is not None:
+        console.print(f"yardstick: TF-IDF + LR dev accuracy {tfidf.accuracy:.4f}")
     t = time.perf_counter()
     extra, sources = augmented_texts(cfg, train.texts, teacher_tok)
     seconds["augment"] = time.perf_counter() - t
@@ -264,6 +271,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
             "n_augmented": len(extra),
             "n_dev": len(task.dev),
             "time_plan": time_plan,
+            "tfidf": tfidf,
             "labels": task.label_names,
             "cache_hits": hits,
             "seconds": {k: round(v, 2) for k, v in seconds.items()},

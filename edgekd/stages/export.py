@@ -146,7 +146,11 @@ def export(
         exporter.default_threshold = early["threshold"]
         console.print(f"early exit: threshold {early['threshold']:g} ({early['chosen_by']})")
     if DistillMetrics.path(student_dir).is_file():
-        report["teacher_accuracy"] = DistillMetrics.read(student_dir).teacher_accuracy
+        distilled = DistillMetrics.read(student_dir)
+        report["teacher_accuracy"] = distilled.teacher_accuracy
+        # Scored on the dev rows distill read: comparable only when they are these.
+        if distilled.tfidf is not None and distilled.tfidf.n_dev == len(task.dev):
+            report["tfidf_accuracy"] = distilled.tfidf.accuracy
 
     with atomic_dir(out_dir, overwrite) as tmp:
         t = time.perf_counter()

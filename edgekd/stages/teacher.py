@@ -19,8 +19,9 @@ def teacher(cfg: TeacherConfig, out_dir: str | Path, overwrite: bool = False) ->
     check_not_input(out_dir, [cfg.data.spec, cfg.base])
     task = load_task(cfg.data)
     with atomic_dir(out_dir, overwrite) as tmp:
-        metrics = TeacherMetrics(**finetune(cfg, task, tmp, checkpoint_dir(out_dir)))
-        save_config(cfg, tmp / CONFIG)
+        found, resolved = finetune(cfg, task, tmp, checkpoint_dir(out_dir))
+        metrics = TeacherMetrics(**found)
+        save_config(resolved, tmp / CONFIG)  # what was trained: rerunning it reproduces it
         metrics.write(tmp)
     discard_checkpoint(out_dir)
     return metrics

@@ -44,3 +44,70 @@ def test_resolve_base_points_at_packaged_minilm_when_installed():
     folder = Path(resolve_base(DEFAULT_BASE))
     assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
     assert resolve_base("my/model") == "my/model"
+
+
+def test_fit_probe_matches_scikit_learn_logistic_regression():
+    import numpy as np
+    import torch
+    from sklearn.linear_model import LogisticRegression
+
+    from edgekd.distill.teacher import fit_probe
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 8)).astype(np.float32) * 0.05  # sentence vectors are small
+    y = (x @ rng.normal(size=(8, 3))).argmax(1)
+    want = LogisticRegression(C=1.0, tol=1e-8, max_iter=5000).fit(x, y)
+    w, b = fit_probe(torch.from_numpy(x), torch.from_numpy(y), 3)
+    # Both minimise the same objective (ours divided by the row count): same optimum.
+    assert np.allclose(w.numpy(), want.coef_, atol=2e-2 * np.abs(want.coef_).max())
+    assert ((x @ w.numpy().T + b.numpy()).argmax(1) == want.predict(x)).mean() >= 0.99
+
+
+def test_step_plan_warms_up_holds_then_cools_down_to_zero():
+    from edgekd.distill.teacher import StepPlan
+
+    plan = StepPlan(warmup=3)
+    # Warm-up: (step + 1) / (warmup + 1) = 1/4, 2/4, 3/4; then constant until a cool-down.
+    assert [plan.factor(s) for s in range(5)] == [0.25, 0.5, 0.75, 1.0, 1.0]
+    plan.cool_down(10, 14)
+    plan.cool_down(12, 100)  # the first cool-down stands
+    # (14 − step) / (14 − 10): 1, 0.75, 0.5, 0.25, 0 from step 10 to 14.
+    assert [plan.factor(s) for s in range(9, 16)] == [1.0, 1.0, 0.75, 0.5, 0.25, 0.0, 0.0]
+
+
+def test_next_stop_projects_budget_and_starts_cool_down_at_its_last_fifth():
+    from edgekd.distill.teacher import StepPlan, next_stop
+
+    def stop(step, left_s, rate=2.0, stale=False, plan=None):
+        plan = plan or StepPlan(0)
+        got = next_stop(
+            plan, step, 1000, 0.2, left_s=left_s, rate=rate, stale=stale, reserve_s=10.0
+        )
+        return got, (plan.decay_from, plan.decay_to)
+
+    # 2 steps/s × (110 − 10) s = 200 more steps: end 300; 100 < 0.8 × 300, no cool-down.
+    assert stop(100, 110.0) == (300, (None, None))
+    # At 250 with 25 s left: end 250 + 2 × 15 = 280; 250 ≥ 224, cool down over 250..280.
+    assert stop(250, 25.0) == (280, (250, 280))
+    # The epoch cap (1000 steps) binds without a budget: cool-down from step 800.
+    assert stop(799, None, rate=None) == (1000, (None, None))
+    assert stop(800, None, rate=None) == (1000, (800, 1000))
+    # A stale selection score: a cool-down of 0.2 / 0.8 × 400 = 100 steps.
+    assert stop(400, None, rate=None, stale=True) == (500, (400, 500))
+    # Out of time (under the 10 s reserve): stop now, even mid-cool-down.
+    assert stop(300, 9.0) == (300, (None, None))
+    assert stop(260, 9.0, plan=StepPlan(0, 250, 280)) == (260, (250, 280))
+
+
+def test_data_max_length_reads_99_percent_of_rows_whole_rounded_to_8(tiny_teacher):
+    from transformers import AutoTokenizer
+
+    from edgekd.distill.teacher import data_max_length
+
+    tok = AutoTokenizer.from_pretrained(tiny_teacher)
+    # 100 rows of 1..100 words: the 99th percentile row has 99 words, 101 tokens with
+    # [CLS] and [SEP]; rounded up to 104, unless the encoder reads fewer positions.
+    texts = [" ".join(["good"] * n) for n in range(1, 101)]
+    assert data_max_length(tok, texts, 512, seed=0) == 104
+    assert data_max_length(tok, texts, 64, seed=0) == 64
+    assert data_max_length(tok, ["good"] * 10, 512, seed=0) == 16  # at least 16

@@ -40,7 +40,10 @@ def test_run_distill_writes_student_folder_with_metrics(tiny_teacher, tiny_data,
     # A tenth of the 160 rows is held out to pick the epoch; rows inside them leave too.
     assert m["n_selection"] == 16
     assert m["n_train"] + m["n_selection"] + m["n_overlap_dropped"] == 160
-    assert set(m["seconds"]) >= {"teacher_logits", "train"}
+    assert set(m["seconds"]) >= {"teacher_logits", "train", "tfidf"}
+    # The yardstick: TF-IDF + LR on the same training rows, scored on the same dev rows.
+    assert m["tfidf"]["n_train"] == m["n_train"] and m["tfidf"]["n_dev"] == 40
+    assert 0 <= m["tfidf"]["accuracy"] <= 1
     assert json.loads((tmp_path / "s" / "student.json").read_text())["id2label"] == [
         "negative",
         "positive",

@@ -36,7 +36,7 @@ def test_teacher_keeps_the_step_the_selection_split_chooses_and_reports_its_dev(
     base = build_tiny_bert(tmp_path / "base", classifier=False)
     cfg = TeacherConfig(
         base=str(base), data=DataConfig(spec=str(tiny_data)), epochs=2, batch_size=16,
-        max_length=16, eval_every=5,
+        max_length=16, eval_every=5, warm_start="none",
     )  # fmt: skip
     m = run_teacher(cfg, tmp_path / "t")
     first = m["history"][0]
@@ -45,3 +45,81 @@ def test_teacher_keeps_the_step_the_selection_split_chooses_and_reports_its_dev(
     assert m["best_step"] == first["step"] == 5
     assert (m["dev_accuracy"], m["selection_accuracy"]) == (0.0, 1.0)
     assert m["n_selection"] == 16 and m["n_train"] + 16 + m["n_overlap_dropped"] == 160
+
+
+class StepClock:
+    """A budget clock that advances one second each time the run asks what is left
+    (once per step), whatever the machine's speed."""
+
+    def __init__(self, minutes):
+        import time
+
+        self.budget_s, self.t, self.start = 60.0 * minutes, 0.0, time.perf_counter()
+
+    def elapsed(self):
+        return self.t
+
+    def left(self):
+        self.t += 1.0
+        return self.budget_s - self.t
+
+
+def test_teacher_budget_ends_run_in_time_and_resolved_config_reproduces_it(
+    tmp_path, tiny_data, monkeypatch
+):
+    import yaml
+
+    from conftest import build_tiny_bert
+    from edgekd.config import TeacherConfig
+    from edgekd.distill import timebudget
+
+    monkeypatch.setattr(timebudget, "Clock", StepClock)
+    base = build_tiny_bert(tmp_path / "base", classifier=False)
+    cfg = TeacherConfig(
+        base=str(base), data=DataConfig(spec=str(tiny_data)), epochs=10, batch_size=16,
+        time_budget=1.0, patience=100,
+    )  # fmt: skip
+    m = run_teacher(cfg, tmp_path / "t")
+    # 1 step/s and 60 s less a 10 s reserve (and a scoring under 1 s): the run ends at
+    # step 49 and cools down over its last fifth, from the first step ≥ 0.8 × 49 = 39.2.
+    resolved = yaml.safe_load((tmp_path / "t" / "config.yaml").read_text())
+    assert m["steps"] == 49
+    assert resolved["schedule"] == {"steps": 49, "decay_from": 40, "decay_to": 49}
+    assert resolved["time_budget"] is None and resolved["max_length"] >= 16
+    monkeypatch.undo()  # the rerun runs on the real clock, with no budget at all
+    again = run_teacher(TeacherConfig(**resolved), tmp_path / "again")
+    assert again["steps"] == 49
+    weights = "model.safetensors"
+    assert (tmp_path / "t" / weights).read_bytes() == (tmp_path / "again" / weights).read_bytes()
+
+
+def test_teacher_probe_is_first_candidate_and_fine_tuning_must_beat_it(
+    tmp_path, tiny_data, monkeypatch
+):
+    from conftest import build_tiny_bert
+    from edgekd.data import carve_selection, load_task
+    from edgekd.distill import teacher as module
+
+    # Scripted selection scores: the probe (step 0) scores 1.0 and every later scoring
+    # 0.0; the probe's weights are kept, and they are the warm-started head.
+
+    task = load_task(DataConfig(spec=str(tiny_data)))
+    select = carve_selection(task.train, 500, 0)[1]
+    real = module.teacher_logits
+    calls = {"n": 0}
+
+    def scripted(model, tokenizer, texts, **kw):
+        if texts != select.texts:
+            return real(model, tokenizer, texts, **kw)
+        calls["n"] += 1
+        gold = np.array(select.labels)
+        return np.eye(2, dtype=np.float32)[gold if calls["n"] == 1 else 1 - gold]
+
+    monkeypatch.setattr(module, "teacher_logits", scripted)
+    base = build_tiny_bert(tmp_path / "base", classifier=False)
+    cfg = TeacherConfig(
+        base=str(base), data=DataConfig(spec=str(tiny_data)), epochs=2, batch_size=16
+    )
+    m = run_teacher(cfg, tmp_path / "t")
+    assert m["history"][0]["step"] == 0 and m["best_step"] == 0
+    assert m["selection_accuracy"] == 1.0 and m["steps"] > 0

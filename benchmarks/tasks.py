@@ -1,0 +1,215 @@
+"""Every shared task, defaults only: TF-IDF + LR, a frozen-encoder probe, `edgekd
+teacher`, and the int8 student of `edgekd distill --student bilstm` + `edgekd export
+--int8`, side by side on each task's evaluation split.
+
+One command: `python benchmarks/tasks.py` (needs ../shared/data; `--tasks clinc150`
+runs one). For each task:
+  tfidf:   `edgekd.yardstick.fit_tfidf` (the yardstick every distill run records) on
+           all training rows;
+  probe:   logistic regression (scikit-learn, C = 1) on the frozen packaged
+           all-MiniLM-L6-v2's mean-pooled last layer (128 tokens), the encoder
+           `edgekd teacher` starts from;
+  teacher: `edgekd teacher --data D --time-budget 15` (everything else default);
+  student: `edgekd distill --student bilstm --teacher T --data D` (its default budget,
+           13 minutes) then `edgekd export --int8`; the model scored is the one the
+           export ships (int8 unless its guard refused it).
+Each edgekd command runs as its own child process: its peak RSS is the child's
+maximum resident set (`getrusage(RUSAGE_CHILDREN)` of a fresh wrapper per command),
+its minutes the wall clock around it. Scores are on CLINC150's test split (its dev
+split is what the runs report) and on the dev split of SST-2 and CoLA (no test
+labels); CoLA's metric is the Matthews correlation × 100, the others' accuracy.
+A task whose folder already holds a finished run is not rerun (delete
+runs/bench-tasks/TASK to redo it). Writes benchmarks/results/tasks.{json,md}.
+EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import smoke  # benchmarks/ is on the path of its own scripts
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+TASKS = {  # name → (evaluation split, metric)
+    "clinc150": ("test", "accuracy"),
+    "cola": ("dev", "mcc"),
+    "sst2": ("dev", "accuracy"),
+}
+# Runs a command and prints its peak RSS in KiB: RUSAGE_CHILDREN of a process that has
+# had exactly one child is that child's maximum resident set.
+WRAPPER = (
+    "import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:]).returncode; "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, rc)"
+)
+
+
+def score(metric: str, predicted: Any, gold: Any) -> float:
+    """Accuracy, or the Matthews correlation × 100 (CoLA's metric)."""
+    predicted, gold = np.asarray(predicted), np.asarray(gold)
+    if metric == "accuracy":
+        return float((predicted == gold).mean())
+    from sklearn.metrics import matthews_corrcoef
+
+    return 100.0 * float(matthews_corrcoef(gold, predicted))
+
+
+def measure(cmd: list[str], log: Path) -> dict[str, Any]:
+    start = time.perf_counter()
+    with log.open("w") as f:
+        done = subprocess.run(
+            [sys.executable, "-c", WRAPPER, *cmd], stdout=subprocess.PIPE, stderr=f, text=True
+        )
+    kib, rc = done.stdout.split()[-2:]
+    if int(rc) != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited {rc}; see {log}")
+    return {"peak_rss_mib": round(int(kib) / 1024), "minutes": _minutes(start)}
+
+
+def frozen_probe(train: Any, test: Any, metric: str) -> dict[str, Any]:
+    """LR on the packaged encoder's frozen mean-pooled vectors."""
+    import torch
+    from sklearn.linear_model import LogisticRegression
+    from transformers import AutoModel, AutoTokenizer
+
+    from edgekd.config import DEFAULT_BASE
+    from edgekd.distill.pooled import mean_pool
+    from edgekd.distill.teacher import forward_rows, resolve_base
+
+    start = time.perf_counter()
+    base = resolve_base(DEFAULT_BASE)
+    tok, model = AutoTokenizer.from_pretrained(base), AutoModel.from_pretrained(base).eval()
+
+    def vectors(texts: list[Any]) -> np.ndarray:
+        def pooled(enc: Any) -> torch.Tensor:
+            return mean_pool(model(**enc).last_hidden_state, enc["attention_mask"])
+
+        return forward_rows(pooled, tok, texts, model.config.hidden_size, max_length=128)
+
+    fit = LogisticRegression(max_iter=1000).fit(vectors(train.texts), train.labels)
+    predicted = fit.predict(vectors(test.texts))
+    return {"score": score(metric, predicted, test.labels), "minutes": _minutes(start)}
+
+
+def _minutes(start: float) -> float:
+    return round((time.perf_counter() - start) / 60, 2)
+
+
+def run_task(name: str, work: Path, teacher_budget: float) -> dict[str, Any]:
+    from edgekd.artifacts import ExportReport
+    from edgekd.config import DataConfig
+    from edgekd.data import load_task
+    from edgekd.distill.teacher import load_predictor
+    from edgekd.yardstick import fit_tfidf
+
+    split, metric = TASKS[name]
+    data = SHARED / name
+    work.mkdir(parents=True, exist_ok=True)
+    done = work / "result.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    max_train = smoke.rows(None)
+    task = load_task(DataConfig(spec=str(data), dev_split=split, max_train=max_train))
+    out: dict[str, Any] = {"eval_split": split, "metric": metric, "n_train": len(task.train)}
+    out["n_eval"] = len(task.dev)
+
+    start = time.perf_counter()
+    predicted = fit_tfidf(task.train)(task.dev.texts)
+    out["tfidf"] = {"score": score(metric, predicted, task.dev.labels), "minutes": _minutes(start)}
+    out["probe"] = frozen_probe(task.train, task.dev, metric)
+
+    edgekd = [sys.executable, "-m", "edgekd"]
+    rows = ["--max-train", str(max_train)] if max_train else []
+    teacher, student, export = work / "teacher", work / "student", work / "export"
+    budget = str(smoke.pick(teacher_budget, 0.5))
+    out["teacher"] = measure(
+        [*edgekd, "teacher", "--data", str(data), "--out", str(teacher), "--time-budget", budget,
+         "--overwrite", *rows],
+        work / "teacher.log",
+    )  # fmt: skip
+    quick = ["--time-budget", "0.5"] if smoke.SMOKE else []
+    out["distill"] = measure(
+        [*edgekd, "distill", "--student", "bilstm", "--teacher", str(teacher), "--data",
+         str(data), "--out", str(student), "--overwrite", *rows, *quick],
+        work / "distill.log",
+    )  # fmt: skip
+    out["export"] = measure(
+        [*edgekd, "export", str(student), "--int8", "--out", str(export), "--overwrite"],
+        work / "export.log",
+    )  # fmt: skip
+    report = ExportReport.read(export)
+    shipped = report.models[report.shipped()]
+    for role, target in (("teacher", teacher), ("student", export / shipped.path)):
+        predictor = load_predictor(target)
+        logits = predictor.logits(list(task.dev.texts))
+        names = list(predictor.label_names)
+        gold = [names.index(task.label_names[y]) for y in task.dev.labels]
+        out[role]["score"] = score(metric, logits.argmax(1), gold)
+    out["student"]["shipped"] = report.shipped()
+    out["student"]["bytes"] = shipped.bytes
+    teacher_metrics = json.loads((teacher / "metrics.json").read_text())
+    out["teacher"]["steps"] = teacher_metrics["steps"]
+    out["teacher"]["max_length"] = teacher_metrics.get("max_length")
+    out["teacher"]["pooling"] = teacher_metrics.get("pooling")
+    done.write_text(json.dumps(out, indent=2))
+    return out
+
+
+def markdown(results: dict[str, Any], teacher_budget: float) -> str:
+    md = [
+        "# Every shared task, defaults only (2 cores)",
+        "",
+        f"`edgekd teacher --time-budget {teacher_budget:g}`, `edgekd distill --student bilstm` "
+        "(default 13-minute budget), `edgekd export --int8`. Metric: accuracy, or MCC × 100 "
+        "(CoLA). CLINC150 is scored on its test split, SST-2 and CoLA on dev.",
+        "",
+        "| task | TF-IDF + LR | frozen encoder + LR | edgekd teacher | int8 student | "
+        "student − TF-IDF | student ÷ teacher | teacher: min, peak RSS | distill: min, "
+        "peak RSS | student bytes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        scale = 1.0 if r["metric"] == "mcc" else 100.0
+        t, s, f, p = (r[k]["score"] for k in ("teacher", "student", "tfidf", "probe"))
+        retention = f"{100 * s / t:.1f}%" if t > 0 else "-"
+        md.append(
+            f"| {name} ({r['eval_split']}, {r['n_eval']:,} rows) | {f * scale:.1f} | "
+            f"{p * scale:.1f} | {t * scale:.1f} | {s * scale:.1f} | {(s - f) * scale:+.1f} | "
+            f"{retention} | {r['teacher']['minutes']:.1f}, {r['teacher']['peak_rss_mib']:,} MiB | "
+            f"{r['distill']['minutes']:.1f}, {r['distill']['peak_rss_mib']:,} MiB | "
+            f"{r['student']['bytes']:,} ({r['student']['shipped']}) |"
+        )
+    return "\n".join(md) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", default=",".join(TASKS), help="Comma-separated: " + ", ".join(TASKS))
+    p.add_argument("--teacher-budget", type=float, default=15.0, help="Minutes.")
+    p.add_argument("--work", type=Path, default=smoke.runs_dir(REPO / "runs" / "bench-tasks"))
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    args = p.parse_args()
+    names = [n for n in args.tasks.split(",") if n]
+    unknown = [n for n in names if n not in TASKS]
+    if unknown:
+        raise SystemExit(f"unknown task {unknown[0]!r}; valid: {', '.join(TASKS)}")
+    if smoke.SMOKE:
+        names = names[:1]
+    results = {n: run_task(n, args.work / n, args.teacher_budget) for n in names}
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {"smoke": smoke.SMOKE, "teacher_budget_min": args.teacher_budget}
+    (args.out / "tasks.json").write_text(json.dumps({**meta, "tasks": results}, indent=2))
+    text = smoke.markdown(markdown(results, args.teacher_budget))
+    (args.out / "tasks.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

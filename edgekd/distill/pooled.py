@@ -1,0 +1,141 @@
+"""A classifier on the mean of an encoder's token states, for encoders trained that way.
+
+Sentence encoders (sentence-transformers' all-MiniLM-L6-v2, the default base) were
+trained on the *mean* of their last layer's token states; their [CLS] vector and
+pooler were never trained for what they now carry. A linear probe on the frozen
+encoder says how much that matters (CLINC150 test, logistic regression, C = 1):
+mean-pooled 0.953, [CLS] state 0.903, pooler output 0.838 (benchmarks/tasks.py).
+Hugging Face's `BertForSequenceClassification` classifies from the pooler only, so
+`edgekd teacher` reads the base's own pooling config and, when it says mean, builds
+this model instead: the same encoder, a dropout and one linear layer on the masked
+mean of the last layer.
+
+Its folder is an ordinary Hugging Face folder (config.json, model.safetensors,
+tokenizer) whose config.json carries `edgekd_pooling: mean` and the architecture
+`EdgeKDPooledClassifier`; `load_teacher` and `export_teacher` read it, and every
+other part of edgekd sees the interface of an HF classifier (`.config`,
+`.base_model`, `model(**batch).logits`, `output_hidden_states`). Plain transformers
+would load its encoder under other names and warn that every weight is new, rather
+than classify silently from an untrained pooler.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+POOLING_KEY = "edgekd_pooling"
+ARCHITECTURE = "EdgeKDPooledClassifier"
+WEIGHTS = "model.safetensors"
+
+
+def base_pooling(folder: str | Path) -> str:
+    """How a base encoder's sentence vector was trained: "mean" when its
+    sentence-transformers files say so (modules.json names a Pooling module whose
+    config sets `pooling_mode_mean_tokens`), else "cls" (the HF classifier head).
+    Anything unreadable reads as "cls": the standard head is always valid."""
+    root = Path(folder)
+    try:
+        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+        pooling = next(
+            m["path"] for m in modules if str(m.get("type", "")).endswith("models.Pooling")
+        )
+        # The module's path is a folder name inside the base (e.g. "1_Pooling").
+        config_path = (root / str(pooling) / "config.json").resolve()
+        if not config_path.is_relative_to(root.resolve()):
+            return "cls"
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError, KeyError, StopIteration, AttributeError):
+        return "cls"
+    return "mean" if config.get("pooling_mode_mean_tokens") is True else "cls"
+
+
+def bare_encoder(load: Any, *args: Any, **kw: Any) -> Any:
+    """`load(*args, **kw)` (AutoModel.from_pretrained or .from_config) without the
+    pooler layer the mean never reads (unused weights would also trip multi-process
+    training), for architectures that have the option (BERT-likes; DistilBERT has no
+    pooler and no option)."""
+    try:
+        return load(*args, add_pooling_layer=False, **kw)
+    except TypeError:
+        return load(*args, **kw)
+
+
+def is_pooled(config: Any) -> bool:
+    return getattr(config, POOLING_KEY, None) == "mean"
+
+
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of `hidden` (batch × length × width) over the positions where `mask` is 1."""
+    weights = mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+
+
+class PooledClassifier(nn.Module):
+    """Encoder → masked mean of the last layer → dropout → linear (num_labels)."""
+
+    def __init__(self, encoder: Any) -> None:
+        super().__init__()
+        self.base_model = encoder
+        self.config: Any = encoder.config
+        setattr(self.config, POOLING_KEY, "mean")
+        self.config.architectures = [ARCHITECTURE]
+        rate: Any = getattr(self.config, "classifier_dropout", None)
+        rate = getattr(self.config, "hidden_dropout_prob", 0.1) if rate is None else rate
+        self.dropout = nn.Dropout(float(rate))
+        self.classifier = nn.Linear(self.config.hidden_size, self.config.num_labels)
+
+    def get_input_embeddings(self) -> Any:
+        """The encoder's word table (students start from it), as HF models give it."""
+        return self.base_model.get_input_embeddings()
+
+    def pooled(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw: Any) -> Any:
+        encoder: Any = self.base_model
+        out = encoder(input_ids=input_ids, attention_mask=attention_mask, **kw)
+        return mean_pool(out.last_hidden_state, attention_mask), out
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        **kw: Any,
+    ) -> Any:
+        from transformers.modeling_outputs import SequenceClassifierOutput
+
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        vector, out = self.pooled(
+            input_ids, attention_mask, output_hidden_states=output_hidden_states, **kw
+        )
+        logits = self.classifier(self.dropout(vector))
+        return SequenceClassifierOutput(logits=logits, hidden_states=out.hidden_states)
+
+    def save_pretrained(self, folder: str | Path, safe_serialization: bool = True) -> None:
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.config.save_pretrained(folder)
+        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(folder / WEIGHTS), metadata={"format": "pt"})
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, config: Any) -> PooledClassifier:
+        """Load a saved one (a folder, or a hub id through transformers' file cache);
+        every weight must be present: a missing or extra one is refused."""
+        from safetensors.torch import load_file
+        from transformers import AutoModel
+        from transformers.utils import cached_file
+
+        encoder = bare_encoder(AutoModel.from_config, config, attn_implementation="eager")
+        model = cls(encoder)
+        path = cached_file(name_or_path, WEIGHTS)
+        if path is None:
+            raise OSError(f"{name_or_path}: no {WEIGHTS}")
+        model.load_state_dict(load_file(path), strict=True)
+        return model.float().eval()

@@ -1,0 +1,131 @@
+"""Mean-pooled teachers: read from the base's own pooling config, saved, reloaded and
+exported with the same logits."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from edgekd.config import DataConfig, TeacherConfig
+from edgekd.distill.pooled import ARCHITECTURE, POOLING_KEY, base_pooling, mean_pool
+
+
+def test_base_pooling_is_mean_when_sentence_transformers_config_says_so(tmp_path):
+    from conftest import mark_mean_pooled
+
+    assert base_pooling(mark_mean_pooled(tmp_path)) == "mean"
+
+
+@pytest.mark.parametrize(
+    "modules, pooling",
+    [
+        (None, None),  # a plain HF folder
+        ("not json", None),
+        ([{"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}], {"x": 1}),
+        ([{"path": "../outside", "type": "sentence_transformers.models.Pooling"}], None),
+        ([{"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}],
+         {"pooling_mode_mean_tokens": "yes"}),
+    ],
+)  # fmt: skip
+def test_base_pooling_is_cls_when_config_missing_malformed_or_outside(tmp_path, modules, pooling):
+    base = tmp_path / "base"
+    base.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    if modules is not None:
+        text = modules if isinstance(modules, str) else json.dumps(modules)
+        (base / "modules.json").write_text(text)
+    if pooling is not None:
+        (base / "1_Pooling").mkdir()
+        (base / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    assert base_pooling(base) == "cls"
+
+
+def test_mean_pool_averages_only_unmasked_positions():
+    hidden = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
+    mask = torch.tensor([[1, 1, 0]])
+    assert mean_pool(hidden, mask).tolist() == [[2.0, 3.0]]  # (1+3)/2, (2+4)/2
+
+
+@pytest.fixture(scope="module")
+def pooled_teacher(tmp_path_factory, tiny_data):
+    """A mean-pooled teacher fine-tuned by the teacher stage from a tiny base whose
+    sentence-transformers files say mean."""
+    from conftest import build_tiny_bert, mark_mean_pooled
+    from edgekd.stages.teacher import teacher
+
+    tmp = tmp_path_factory.mktemp("pooled")
+    base = mark_mean_pooled(build_tiny_bert(tmp / "base", classifier=False))
+    cfg = TeacherConfig(
+        base=str(base), data=DataConfig(spec=str(tiny_data)), epochs=1, batch_size=16
+    )
+    teacher(cfg, tmp / "teacher")
+    return tmp / "teacher"
+
+
+def test_teacher_stage_builds_mean_pooled_classifier_when_base_was_trained_so(pooled_teacher):
+    config = json.loads((pooled_teacher / "config.json").read_text())
+    assert config[POOLING_KEY] == "mean" and config["architectures"] == [ARCHITECTURE]
+    metrics = json.loads((pooled_teacher / "metrics.json").read_text())
+    assert metrics["pooling"] == "mean"
+    resolved = (pooled_teacher / "config.yaml").read_text()
+    assert "pooling: mean" in resolved
+
+
+def test_load_teacher_gives_same_logits_as_mean_of_tokens_through_head(pooled_teacher):
+    from edgekd.distill.teacher import load_teacher
+
+    model, tok = load_teacher(str(pooled_teacher))
+    enc = tok(["good film", "a bad and dull film indeed"], padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        logits = model(**enc).logits
+        states = model.base_model(**enc).last_hidden_state
+        mask = enc["attention_mask"].unsqueeze(-1).float()
+        by_hand = model.classifier((states * mask).sum(1) / mask.sum(1))
+    assert torch.allclose(logits, by_hand, atol=1e-6)
+
+
+def test_load_teacher_refuses_pooled_folder_missing_a_weight(pooled_teacher, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from edgekd.distill.teacher import load_teacher
+
+    copy = tmp_path / "t"
+    shutil.copytree(pooled_teacher, copy)
+    state = load_file(copy / "model.safetensors")
+    del state["classifier.weight"]
+    save_file(state, copy / "model.safetensors")
+    with pytest.raises(RuntimeError, match=r"classifier\.weight"):
+        load_teacher(str(copy))
+
+
+def test_export_teacher_pooled_onnx_matches_pytorch_logits(pooled_teacher, tmp_path):
+    from edgekd.distill.teacher import load_teacher, teacher_logits
+    from edgekd.exporters.teacher import export_teacher
+    from edgekd.students.predict import OnnxPredictor
+
+    path = export_teacher(str(pooled_teacher), tmp_path / "onnx")
+    texts = ["good film", "a bad and dull film indeed", "films"]
+    got = OnnxPredictor(path).logits(texts)
+    model, tok = load_teacher(str(pooled_teacher))
+    want = teacher_logits(model, tok, texts)
+    assert np.abs(got - want).max() < 1e-4
+
+
+@pytest.mark.parametrize("student", ["bilstm", "bert"])
+def test_distill_learns_from_a_mean_pooled_teacher(pooled_teacher, tiny_data, tmp_path, student):
+    from edgekd.config import DistillConfig
+    from edgekd.stages.distill import distill
+
+    options = {"bilstm": {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16},
+               "bert": {"layers": 1}}[student]  # fmt: skip
+    cfg = DistillConfig(
+        teacher=str(pooled_teacher), data=DataConfig(spec=str(tiny_data)), epochs=1,
+        student={"name": student, "options": options}, augment={"methods": []},
+    )  # fmt: skip
+    m = distill(cfg, tmp_path / "s")
+    assert m.student == student and 0 <= m.agreement <= 1
