@@ -43,6 +43,17 @@ TOKENIZER = "tokenizer.json"
 CONFIG = "config.yaml"  # the resolved config, beside every artifact it produced
 HF_CONFIG = "config.json"  # a Hugging Face model folder's config
 MODEL_FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx"}  # export kind → file
+# A mean-pooled `edgekd teacher` folder (edgekd.distill.pooled): its config.json carries
+# POOLING_KEY = "mean" and this architecture name, which no Hugging Face class has.
+POOLING_KEY = "edgekd_pooling"
+POOLED_ARCHITECTURE = "EdgeKDPooledClassifier"
+
+
+def is_pooled(config: Any) -> bool:
+    """Whether a loaded HF config is a mean-pooled edgekd teacher's."""
+    return getattr(config, POOLING_KEY, None) == "mean"
+
+
 E2E_MODEL = "model.e2e.onnx"  # string in, label out: the tokenizer inside the graph
 PTE = "model.pte"
 REPORT_PAGE = "report.html"

@@ -28,8 +28,10 @@ from typing import Any
 import torch
 from torch import nn
 
-POOLING_KEY = "edgekd_pooling"
-ARCHITECTURE = "EdgeKDPooledClassifier"
+from edgekd.artifacts import POOLED_ARCHITECTURE as ARCHITECTURE
+from edgekd.artifacts import POOLING_KEY, is_pooled
+
+__all__ = ["ARCHITECTURE", "POOLING_KEY", "PooledClassifier", "base_pooling", "is_pooled"]
 WEIGHTS = "model.safetensors"
 
 
@@ -63,10 +65,6 @@ def bare_encoder(load: Any, *args: Any, **kw: Any) -> Any:
         return load(*args, add_pooling_layer=False, **kw)
     except TypeError:
         return load(*args, **kw)
-
-
-def is_pooled(config: Any) -> bool:
-    return getattr(config, POOLING_KEY, None) == "mean"
 
 
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

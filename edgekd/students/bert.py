@@ -27,6 +27,7 @@ import torch
 from pydantic import Field, model_validator
 from torch import nn
 
+from edgekd.artifacts import is_pooled
 from edgekd.config import (
     MAX_HEADS,
     MAX_INNER,
@@ -368,7 +369,11 @@ def copy_teacher_weights(student: BertStudent, teacher: Any) -> list[str]:
         copy(student.bert.encoder.layer[s - 1], t_base.encoder.layer[t - 1], f"layer {s}←{t}")
     if getattr(t_base, "pooler", None) is not None and student.bert.pooler is not None:
         copy(student.bert.pooler, t_base.pooler, "pooler")
-    if hasattr(teacher, "classifier") and isinstance(teacher.classifier, nn.Linear):
+    if is_pooled(getattr(teacher, "config", None)):
+        # The teacher's head reads the mean of its tokens, the student's the [CLS] pooler:
+        # its weights would start from a vector they were never fitted to.
+        notes.append("classifier: the teacher's reads mean-pooled tokens, random init")
+    elif hasattr(teacher, "classifier") and isinstance(teacher.classifier, nn.Linear):
         copy(student.classifier, teacher.classifier, "classifier")
     return notes
 

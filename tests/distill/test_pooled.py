@@ -129,3 +129,18 @@ def test_distill_learns_from_a_mean_pooled_teacher(pooled_teacher, tiny_data, tm
     )  # fmt: skip
     m = distill(cfg, tmp_path / "s")
     assert m.student == student and 0 <= m.agreement <= 1
+    if student == "bert":  # its head reads the [CLS] pooler: the teacher's is not copied
+        assert any(n.startswith("classifier: the teacher's reads mean") for n in m["init"])
+
+
+def test_pooling_cls_forces_standard_head_on_mean_trained_base(tmp_path, tiny_data):
+    from conftest import build_tiny_bert, mark_mean_pooled
+    from edgekd.data import load_task
+    from edgekd.distill.teacher import build_classifier
+
+    base = str(mark_mean_pooled(build_tiny_bert(tmp_path / "base", classifier=False)))
+    task = load_task(DataConfig(spec=str(tiny_data)))
+    forced = build_classifier(TeacherConfig(base=base, pooling="cls"), base, task)
+    auto = build_classifier(TeacherConfig(base=base), base, task)
+    assert type(forced[0]).__name__ == "BertForSequenceClassification" and forced[2] == "cls"
+    assert type(auto[0]).__name__ == "PooledClassifier" and auto[2] == "mean"
