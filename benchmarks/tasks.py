@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import smoke  # benchmarks/ is on the path of its own scripts
+from long_rows import WRAPPER  # a command's peak RSS, read by a fresh wrapper process
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
@@ -43,12 +44,6 @@ TASKS = {  # name → (evaluation split, metric)
     "cola": ("dev", "mcc"),
     "sst2": ("dev", "accuracy"),
 }
-# Runs a command and prints its peak RSS in KiB: RUSAGE_CHILDREN of a process that has
-# had exactly one child is that child's maximum resident set.
-WRAPPER = (
-    "import resource, subprocess, sys; rc = subprocess.run(sys.argv[1:]).returncode; "
-    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, rc)"
-)
 
 
 def score(metric: str, predicted: Any, gold: Any) -> float:

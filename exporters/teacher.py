@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekd.artifacts import MODEL_FILES
+from edgekd.artifacts import MODEL_FILES, is_pooled
 from edgekd.config import DistillConfig
 from edgekd.io import atomic_dir
 from edgekd.progress import console
@@ -26,7 +26,6 @@ def export_teacher(name_or_path: str, out_dir: str | Path, opset: int | None = N
     from optimum.exporters.onnx import main_export
     from transformers import AutoConfig
 
-    from edgekd.distill.pooled import is_pooled
     from edgekd.distill.teacher import load_teacher
 
     with atomic_dir(out_dir) as tmp, warnings.catch_warnings():

@@ -441,11 +441,11 @@ def finetune(
     head = head_linear(model) if cfg.head_lr is not None else None
     head_ids = {id(p) for p in head.parameters()} if head is not None else set()
     groups = []
+    names = {id(p): n for n, p in model.named_parameters()}
     for params, lr in (
         ([p for p in model.parameters() if id(p) not in head_ids], cfg.lr),
         ([p for p in model.parameters() if id(p) in head_ids], cfg.head_lr),
     ):
-        names = {id(p): n for n, p in model.named_parameters()}
         no_decay = [p for p in params if names[id(p)].endswith(("bias", "LayerNorm.weight"))]
         decay = [p for p in params if not names[id(p)].endswith(("bias", "LayerNorm.weight"))]
         groups += [
