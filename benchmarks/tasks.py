@@ -3,7 +3,8 @@ teacher`, and the int8 student of `edgekd distill --student bilstm` + `edgekd ex
 --int8`, side by side on each task's evaluation split.
 
 One command: `python benchmarks/tasks.py` (needs ../shared/data; `--tasks clinc150`
-runs one). For each task:
+runs one; clinc150-10 and clinc150-25 are CLINC150 with 10 and 25 training rows per
+label, a seeded draw, scored on its whole test split). For each task:
   tfidf:   `edgekd.yardstick.fit_tfidf` (the yardstick every distill run records) on
            all training rows;
   probe:   logistic regression (scikit-learn, C = 1) on the frozen packaged
@@ -43,7 +44,41 @@ TASKS = {  # name → (evaluation split, metric)
     "clinc150": ("test", "accuracy"),
     "cola": ("dev", "mcc"),
     "sst2": ("dev", "accuracy"),
+    "clinc150-10": ("test", "accuracy"),
+    "clinc150-25": ("test", "accuracy"),
 }
+# Small-data tasks: NAME-K is NAME's training rows cut to K per label (a seeded draw,
+# written under the run's folder, never the repository), its dev and test kept whole.
+PER_LABEL_SEED = 0
+
+
+def task_data(name: str, work: Path) -> Path:
+    """The task's data folder: ../shared/data/NAME, or a per-label cut of it."""
+    source, _, per_label = name.partition("-")
+    if not per_label:
+        return SHARED / name
+    import csv
+    import random
+
+    folder = work / "data"
+    if (folder / "train.tsv").is_file():
+        return folder
+    with (SHARED / source / "train.tsv").open(newline="") as f:
+        header, *rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    by_label: dict[str, list[list[str]]] = {}
+    for row in rows:
+        by_label.setdefault(row[header.index("label")], []).append(row)
+    rng = random.Random(PER_LABEL_SEED)
+    kept = [r for y in sorted(by_label) for r in rng.sample(by_label[y], int(per_label))]
+    rng.shuffle(kept)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in ("dev", "test"):
+        if (SHARED / source / f"{split}.tsv").is_file():
+            (folder / f"{split}.tsv").write_bytes((SHARED / source / f"{split}.tsv").read_bytes())
+    with (folder / "train.tsv").open("w", newline="") as f:
+        w = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, lineterminator="\n")
+        w.writerows([header, *kept])
+    return folder
 
 
 def score(metric: str, predicted: Any, gold: Any) -> float:
@@ -105,11 +140,12 @@ def run_task(name: str, work: Path, teacher_budget: float) -> dict[str, Any]:
     from edgekd.yardstick import fit_tfidf
 
     split, metric = TASKS[name]
-    data = SHARED / name
     work.mkdir(parents=True, exist_ok=True)
     done = work / "result.json"
     if done.is_file():
         return json.loads(done.read_text())
+    data = task_data(name, work)
+    started_at = revision()
     max_train = smoke.rows(None)
     task = load_task(DataConfig(spec=str(data), dev_split=split, max_train=max_train))
     out: dict[str, Any] = {"eval_split": split, "metric": metric, "n_train": len(task.train)}
@@ -152,8 +188,18 @@ def run_task(name: str, work: Path, teacher_budget: float) -> dict[str, Any]:
     out["teacher"]["steps"] = teacher_metrics["steps"]
     out["teacher"]["max_length"] = teacher_metrics.get("max_length")
     out["teacher"]["pooling"] = teacher_metrics.get("pooling")
+    out["revision"] = started_at
     done.write_text(json.dumps(out, indent=2))
     return out
+
+
+def revision() -> str:
+    """The commit measured, with `+changes` when the tree differed from it."""
+    git = ["git", "-C", str(REPO)]
+    sha = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run([*git, "status", "--porcelain", "--", "edgekd", "exporters"],
+                           capture_output=True, text=True)  # fmt: skip
+    return sha.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
 def markdown(results: dict[str, Any], teacher_budget: float) -> str:
@@ -162,12 +208,13 @@ def markdown(results: dict[str, Any], teacher_budget: float) -> str:
         "",
         f"`edgekd teacher --time-budget {teacher_budget:g}`, `edgekd distill --student bilstm` "
         "(default 13-minute budget), `edgekd export --int8`. Metric: accuracy, or MCC × 100 "
-        "(CoLA). CLINC150 is scored on its test split, SST-2 and CoLA on dev.",
+        "(CoLA). CLINC150 (whole, or K training rows per label: clinc150-K) is scored on "
+        "its test split, SST-2 and CoLA on dev. Each row names the revision that measured it.",
         "",
         "| task | TF-IDF + LR | frozen encoder + LR | edgekd teacher | int8 student | "
         "student − TF-IDF | student ÷ teacher | teacher: min, peak RSS | distill: min, "
-        "peak RSS | student bytes |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "peak RSS | student bytes | revision |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         scale = 1.0 if r["metric"] == "mcc" else 100.0
@@ -178,7 +225,8 @@ def markdown(results: dict[str, Any], teacher_budget: float) -> str:
             f"{p * scale:.1f} | {t * scale:.1f} | {s * scale:.1f} | {(s - f) * scale:+.1f} | "
             f"{retention} | {r['teacher']['minutes']:.1f}, {r['teacher']['peak_rss_mib']:,} MiB | "
             f"{r['distill']['minutes']:.1f}, {r['distill']['peak_rss_mib']:,} MiB | "
-            f"{r['student']['bytes']:,} ({r['student']['shipped']}) |"
+            f"{r['student']['bytes']:,} ({r['student']['shipped']}) | "
+            f"{r.get('revision', 'b9b58e7')} |"
         )
     return "\n".join(md) + "\n"
 
@@ -195,13 +243,20 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown task {unknown[0]!r}; valid: {', '.join(TASKS)}")
     if smoke.SMOKE:  # one task: the first whose data is there (a sandbox may hold one)
-        names = [n for n in names if (SHARED / n).is_dir()][:1]
+        names = [n for n in names if (SHARED / n.partition("-")[0]).is_dir()][:1]
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"smoke": smoke.SMOKE, "teacher_budget_min": args.teacher_budget}
+    # Tasks not run now keep their earlier rows, each naming the revision it measured.
+    earlier = args.out / "tasks.json"
     results: dict[str, Any] = {}
+    if not smoke.SMOKE and earlier.is_file():
+        kept = json.loads(earlier.read_text()).get("tasks", {})
+        results = {k: v for k, v in kept.items() if k in TASKS and k not in names}
     text = "no task's data found under ../shared/data\n"
     for name in names:  # the files are rewritten after each task: a long run shows progress
-        results[name] = run_task(name, args.work / name, args.teacher_budget)
+        results[name] = {**run_task(name, args.work / name, args.teacher_budget)}
+        results[name].setdefault("revision", revision())
+        results = {k: results[k] for k in TASKS if k in results}  # the table's order
         (args.out / "tasks.json").write_text(json.dumps({**meta, "tasks": results}, indent=2))
         text = smoke.markdown(markdown(results, args.teacher_budget))
         (args.out / "tasks.md").write_text(text)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
@@ -31,7 +33,7 @@ from pydantic import (
     model_validator,
 )
 
-from edgekd.config import PLAIN_NAME
+from edgekd.config import PLAIN_NAME, AugmentConfig
 from edgekd.errors import EdgeKDError
 from edgekd.io import FILE_KINDS, atomic_write_text, read_json
 from edgekd.registry import first_error
@@ -239,6 +241,46 @@ class TimePlan(Nested):
     cut_after: int | None = None
 
 
+class TaskShape(Nested):
+    """What distillation sizes from the data (`TaskShape.of`, the one rule; `distill`
+    records it in its metrics, `plan` shows it before any run): the rows per class it
+    trains on, the rows held out to select, and the augmented variants per text."""
+
+    rows: int  # training rows, the selection rows held out
+    labels: int
+    min_per_class: int  # the fewest training rows any label has
+    median_per_class: float
+    selection_rows: int  # held out of training to pick the epoch
+    variants_per_text: int  # `augment.n_iter`, resolved
+    candidates_at_most: int  # rows × variants, before deduplication
+
+    @classmethod
+    def of(
+        cls, labels: Sequence[int], num_labels: int, selection_rows: int, augment: AugmentConfig
+    ) -> TaskShape:
+        counts = sorted(Counter(labels).get(k, 0) for k in range(num_labels))
+        mid = len(counts) // 2
+        median = counts[mid] if len(counts) % 2 else (counts[mid - 1] + counts[mid]) / 2
+        per_text = augment.variants_per_text(len(labels))
+        return cls(
+            rows=len(labels),
+            labels=num_labels,
+            min_per_class=counts[0] if counts else 0,
+            median_per_class=float(median) if counts else 0.0,
+            selection_rows=selection_rows,
+            variants_per_text=per_text,
+            candidates_at_most=len(labels) * per_text,
+        )
+
+    def describe(self) -> str:
+        return (
+            f"{self.rows:,} training rows over {self.labels} labels ({self.min_per_class:,} "
+            f"to a label at least, median {self.median_per_class:,g}), {self.selection_rows:,} "
+            f"held out to select; {self.variants_per_text} augmented variants per text "
+            f"(≤ {self.candidates_at_most:,} rows)"
+        )
+
+
 class TfidfBaseline(Nested):
     """TF-IDF + logistic regression fitted on the run's training rows and scored on its
     dev rows (`edgekd.yardstick`): what the student must beat to be worth shipping."""
@@ -266,6 +308,7 @@ class DistillMetrics(Artifact):
     time_plan: TimePlan | None = None
     processes: int = 1  # training processes (`accelerate launch --num_processes`)
     tfidf: TfidfBaseline | None = Field(None, description="The yardstick on the same rows.")
+    task_shape: TaskShape | None = Field(None, description="What the run sized from the data.")
 
 
 class LabelerCalibration(Artifact):
@@ -639,6 +682,7 @@ class PlanResult(Artifact):
     seq_len: int
     limits: dict[str, float]  # the budget limits judged (latency, memory, size)
     candidates: list[Candidate]  # fitting first, largest first; then the rest
+    task_shape: TaskShape | None = None  # what a default distill run sizes from the data
 
     def top(self, n: int) -> list[Candidate]:
         return [c for c in self.candidates if c.fits][:n]

@@ -367,7 +367,13 @@ def distill(
         "google/bert_uncased_L-4_H-256_A-4).",
         show_default="none",
     ),
-    n_iter: int = field(AugmentConfig, "n_iter", "--n-iter"),
+    n_iter: int | None = typer.Option(
+        None,
+        "--n-iter",
+        min=1,
+        help=AugmentConfig.model_fields["n_iter"].description,
+        show_default="auto",
+    ),
     max_augmented: int | None = field(
         AugmentConfig,
         "max_rows",
@@ -387,7 +393,9 @@ def distill(
     minimax_k: int | None = typer.Option(None, "--minimax-k", hidden=True),
     temperature: float = field(DistillConfig, "temperature", "--temperature"),
     ce_weight: float = field(DistillConfig, "ce_weight", "--ce-weight"),
-    epochs: int = field(DistillConfig, "epochs", "--epochs"),
+    epochs: int | None = field(
+        DistillConfig, "epochs", "--epochs", default="what the budget affords; 10 without"
+    ),
     time_budget: float | None = field(DistillConfig, "time_budget", "--time-budget"),
     batch_size: int = field(DistillConfig, "batch_size", "--batch-size"),
     lr: float | None = field(
@@ -1167,10 +1175,14 @@ def quickstart(
         "--teacher-max-train",
         min=1,
         help="Rows to fine-tune a teacher on (rows).",
-        show_default="4000",
+        show_default="all (its time budget decides how many passes)",
     ),
     epochs: int | None = typer.Option(
-        None, "--epochs", min=1, help="Student epochs (passes over the rows).", show_default="4"
+        None,
+        "--epochs",
+        min=1,
+        help="Student epochs (passes over the rows).",
+        show_default="what the time budget affords",
     ),
     seed: int | None = typer.Option(
         None, "--seed", help="Seed for subsampling, training and export.", show_default="0"

@@ -470,9 +470,14 @@ def test_help_shows_defaults_from_the_config_models():
 
     r = CliRunner().invoke(app, ["distill", "--help"], env={"COLUMNS": "200"})
     assert r.exit_code == 0
-    for flag, value in (("--epochs", "epochs"), ("--batch-size", "batch_size")):
+    for flag, value in (("--temperature", "temperature"), ("--batch-size", "batch_size")):
         line = next(x for x in r.output.splitlines() if f" {flag} " in x)
         assert f"[default: {DistillConfig.model_fields[value].default}]" in line, line
+    # Its help wraps: read the option's rows as one line.
+    rows = [x.strip("│ ") for x in r.output.splitlines()]
+    start = next(i for i, x in enumerate(rows) if x.startswith("--epochs "))
+    block = " ".join(rows[start : start + 4]).split(" --time-budget ")[0]
+    assert "[default: (what the budget affords; 10 without)]" in " ".join(block.split()), block
     line = next(x for x in r.output.splitlines() if " --lr " in x)
     assert "[default: (the student's: bilstm 1e-3, bert 5e-5)]" in line
 

@@ -12,6 +12,7 @@ from conftest import assert_refused
 from edgekd.cli import app
 from edgekd.config import (
     MAX_DEPTH,
+    AugmentConfig,
     DistillConfig,
     ExportConfig,
     apply_sets,
@@ -257,3 +258,27 @@ def test_load_json_refused_when_a_key_twice_or_too_deep(tmp_path, text, message)
     with pytest.raises(EdgeKDError, match=message) as e:
         load_json(path, "re-create it with `edgekd export`")
     assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        (67_349, 20),  # SST-2: Tang et al.'s 20
+        (7_500, 20),  # 150,000 / 7,500 = 20 exactly
+        (7_499, 21),
+        (1_350, 112),  # CLINC150 at 10 rows per class (less 150 held out): ⌈111.1⌉
+        (100, 200),  # the cap
+        (0, 200),
+    ],
+)
+def test_auto_variants_per_text_fill_the_candidate_rows_within_20_to_200(rows, expected):
+    assert AugmentConfig().variants_per_text(rows) == expected
+
+
+def test_set_variants_per_text_are_kept_and_below_one_refused():
+    assert AugmentConfig(n_iter=7).variants_per_text(10) == 7
+    assert AugmentConfig.model_validate({"n_iter": "auto"}).n_iter == "auto"
+    with pytest.raises(ValueError, match="valid integer"):
+        AugmentConfig.model_validate({"n_iter": "forty"})
+    with pytest.raises(ValueError, match="at least 1, or auto"):
+        AugmentConfig(n_iter=0)

@@ -1,4 +1,5 @@
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -187,7 +188,6 @@ def test_bucketed_batches_cover_every_row_once_with_little_padding():
 def test_bucketed_batches_by_default_hold_one_length_each_in_new_orders():
     import math
     import random
-    from collections import Counter
 
     from edgekd.data import bucketed_batches
 
@@ -288,6 +288,33 @@ def test_carve_selection_caps_at_a_tenth_of_the_rows():
     train = Split([f"row number {i}" for i in range(40)], [0] * 40)
     left, select, dropped = carve_selection(train, 500, seed=0)
     assert (len(left), len(select), dropped) == (36, 4, 0)
+
+
+def test_carve_selection_takes_one_row_per_label_when_150_labels_hold_10_each():
+    from edgekd.data import Split, carve_selection
+
+    train = Split([f"intent {y} row {i}" for y in range(150) for i in range(10)],
+                  [y for y in range(150) for _ in range(10)])  # fmt: skip
+    left, select, _ = carve_selection(train, 500, seed=0)
+    # A tenth of 1,500 rows: 150, one from each label, so every label trains on 9.
+    assert sorted(select.labels) == list(range(150))
+    assert sorted(Counter(left.labels).values()) == [9] * 150
+
+
+def test_carve_selection_draws_each_label_by_its_share_with_largest_remainders():
+    import random
+
+    from edgekd.data import stratified
+
+    labels = [0] * 55 + [1] * 45
+    picked = stratified(list(range(100)), labels, 10, random.Random(0))
+    # 10 × 0.55 = 5.5 and 10 × 0.45 = 4.5: 5 + 4, and the one left goes by a seeded tie.
+    counts = Counter(labels[i] for i in picked)
+    assert sum(counts.values()) == 10 and sorted(counts.values()) in ([4, 6], [5, 5])
+    three = [0] * 70 + [1] * 20 + [2] * 10
+    counts = Counter(three[i] for i in stratified(list(range(100)), three, 10, random.Random(1)))
+    assert counts == {0: 7, 1: 2, 2: 1}  # exact shares, nothing left to break ties
+    assert len(set(stratified(list(range(100)), three, 10, random.Random(1)))) == 10
 
 
 # ---------------------------------------------------------------- crafted data files
@@ -459,3 +486,21 @@ def test_bucketed_batches_never_train_one_row_alone():
     assert all(b[0] == b[1] for b in doubled)  # the row twice: the same mean loss
     assert sorted({i for b in batches for i in b}) == list(range(len(lengths)))
     assert all(len(b) == 1 for b in bucketed_batches([1, 2], 1, random.Random(0)))
+
+
+def test_task_shape_counts_rows_per_label_and_resolves_auto_variants():
+    from edgekd.artifacts import TaskShape
+    from edgekd.config import AugmentConfig
+
+    labels = [0] * 9 + [1] * 9 + [2] * 5  # and label 3 has no rows
+    shape = TaskShape.of(labels, 4, selection_rows=3, augment=AugmentConfig())
+    assert (shape.rows, shape.labels, shape.min_per_class) == (23, 4, 0)
+    assert shape.median_per_class == 7.0  # of 0, 5, 9, 9
+    # ⌈150,000 / 23⌉ = 6,522 variants wanted: capped at 200.
+    assert (shape.variants_per_text, shape.candidates_at_most) == (200, 4_600)
+    fixed = TaskShape.of(labels, 4, 3, AugmentConfig(n_iter=5))
+    assert fixed.variants_per_text == 5
+    assert fixed.describe() == (
+        "23 training rows over 4 labels (0 to a label at least, median 7), 3 held out to "
+        "select; 5 augmented variants per text (≤ 115 rows)"
+    )

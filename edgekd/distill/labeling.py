@@ -102,7 +102,8 @@ def augmented_texts(
         made = path.with_name(f".{path.stem}.made-{os.getpid()}.arrow")
         pairs = bool(train_texts) and not isinstance(train_texts[0], str)
         try:
-            with console.status(f"augmenting {len(picked):,} texts × {cfg.augment.n_iter}"):
+            per_text = cfg.augment.variants_per_text(len(train_texts))
+            with console.status(f"augmenting {len(picked):,} texts × {per_text}"):
                 n = write_column(
                     made,
                     (
@@ -110,7 +111,7 @@ def augmented_texts(
                         for variant, i in variants(
                             [train_texts[i] for i in picked],
                             augmenter,
-                            cfg.augment.n_iter,
+                            per_text,
                             cfg.augment.seed,
                             known=train_texts,
                         )

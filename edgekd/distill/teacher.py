@@ -346,13 +346,6 @@ class StepPlan:
             self.decay_from, self.decay_to = step, max(step + 1, end)
 
 
-def stale_steps(history: list[dict[str, Any]], step: int) -> int:
-    """Steps since the best selection score (0 when the latest is the best, or without
-    selection scores)."""
-    scored = [(h["selection_accuracy"], h["step"]) for h in history if "selection_accuracy" in h]
-    return step - max(scored)[1] if scored else 0
-
-
 def next_stop(
     plan: StepPlan,
     step: int,
@@ -404,8 +397,9 @@ def finetune(
 
     The head starts as a linear probe (`warm_start`); then AdamW on every weight under
     `StepPlan`, for at most `epochs`, ending within `time_budget` (re-projected from
-    the measured rate at every step) or `patience` scorings after the selection score
-    stopped rising, each followed by a cool-down of `cooldown` of the steps. Every
+    the measured rate at every step) or `patience` epochs after the weights last kept
+    (a later score within the selection split's noise keeps its weights), each
+    followed by a cool-down of `cooldown` of the steps. Every
     `eval_every` steps, at each epoch's end and at the last step the weights are
     scored on a selection split held out of the training rows (`carve_selection`, as
     distill does), which alone picks the weights kept (`keeps_later`); dev accuracy is
@@ -535,7 +529,13 @@ def finetune(
             if trained and step - start_step >= MIN_RATE_STEPS
             else None
         )
-        stale = stale_steps(history, step) >= cfg.patience * steps_per_epoch
+        # Patience counts from the weights last kept, not from the best score: a score
+        # within the selection split's noise of the best (`keeps_later`) is no sign of
+        # a plateau. 150 selection rows (CLINC150 at 10 rows per class) at 0.87 measure
+        # ±2.7 points: counted from the best score, epoch 2 scoring 3 rows under epoch 1
+        # started the cool-down at the end of epoch 3, 1.5 minutes into a 10-minute
+        # budget, while dev accuracy still rose (0.910, 0.918).
+        stale = step - best_step >= cfg.patience * steps_per_epoch
         return next_stop(
             plan, step, max_steps, cfg.cooldown, left_s=left, rate=rate, stale=stale,
             reserve_s=scoring_s + SAVE_RESERVE_S,

@@ -165,16 +165,17 @@ def make_plan(
     """The epochs that fit after labelling, and the record of the whole choice."""
     left = clock.left() - RESERVE_S
     rows = n_train + kept
-    epochs = plan_epochs(left, rows, train_rate, cfg.epochs)
+    epochs = plan_epochs(left, rows, train_rate, cfg.max_epochs)
     planned = clock.elapsed() + epochs * rows / train_rate + RESERVE_S
     cap = cfg.augment.max_rows
     if kept < min(candidates, cap if cap is not None else candidates):
         why = (
             f"{kept:,} of {candidates:,} augmented rows: more would leave under "
-            f"{min(MIN_EPOCHS, cfg.epochs)} epochs in the budget"
+            f"{min(MIN_EPOCHS, cfg.max_epochs)} epochs in the budget"
         )
-    elif epochs < cfg.epochs:
-        why = f"every augmented row; {epochs} of {cfg.epochs} epochs fit the budget"
+    elif epochs < cfg.max_epochs:
+        of = f" of {cfg.epochs}" if cfg.epochs is not None else ""
+        why = f"every augmented row; {epochs}{of} epochs fit the budget"
     else:
         why = "everything fits: every augmented row, every epoch"
     if planned > clock.budget_s * 1.02:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgekd.artifacts import CONFIG, DistillMetrics
+from edgekd.artifacts import CONFIG, DistillMetrics, TaskShape
 from edgekd.config import (
     DistillConfig,
     positions_of,
@@ -106,8 +106,11 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     if cfg.assistant is not None:
         return run_takd(cfg, out_dir, overwrite)
     preflight(cfg)
+    if cfg.time_budget is None:  # no budget to choose the epochs: the default, recorded
+        cfg = cfg.model_copy(update={"epochs": cfg.max_epochs})
     # The budget counts from here: loading and augmenting spend it too.
     clock = Clock(cfg.time_budget) if cfg.time_budget is not None else None
+    bought_epochs = clock is not None and cfg.epochs is None  # the budget's to choose
     torch.manual_seed(cfg.seed)
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -124,6 +127,11 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     task = align_labels(task, teacher_label_names(teacher.config))
     # The rows that choose the epoch: held out of training, so dev chooses nothing.
     train, select, overlap = carve_selection(task.train, cfg.selection_rows, cfg.seed)
+    # Variants per text from the rows there are (`n_iter: auto`), recorded as a number.
+    shape = TaskShape.of(train.labels, task.num_labels, len(select), cfg.augment)
+    augment = cfg.augment.model_copy(update={"n_iter": shape.variants_per_text})
+    cfg = cfg.model_copy(update={"augment": augment})
+    console.print(f"data: {shape.describe()}")
     seconds["load"] = time.perf_counter() - t
 
     from accelerate import PartialState
@@ -163,7 +171,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
             clock = None
         else:
             train_rate = probe_train_rate(cfg, student, tok, train.texts + extra, task.num_labels)
-            room = augmented_room(clock, len(train), train_rate, min(MIN_EPOCHS, cfg.epochs))
+            room = augmented_room(clock, len(train), train_rate, min(MIN_EPOCHS, cfg.max_epochs))
             plan = AugmentedPlan(limit=cfg.augment.max_rows, room=room)
 
     t = time.perf_counter()
@@ -229,13 +237,14 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         extras,
         checkpoint,
         seconds_left=None if clock is None else lambda: clock.left() - RESERVE_S,
+        until_plateau=bought_epochs,
     )
     seconds["train"] = time.perf_counter() - t
     cut = fit.pop("cut_for_time")
-    if cut is not None and time_plan is not None:
-        # The epochs actually run are the choice: the resolved config reruns to them.
-        time_plan = time_plan.model_copy(update={"cut_after": cut})
+    if cut is not None:  # the epochs actually run are the choice: the config reruns to them
         cfg = cfg.model_copy(update={"epochs": cut})
+        if time_plan is not None:
+            time_plan = time_plan.model_copy(update={"cut_after": cut})
 
     t = time.perf_counter()
     pred = predict_logits(student, tok, tok.ids(task.dev.texts)).argmax(1)
@@ -272,6 +281,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
             "n_dev": len(task.dev),
             "time_plan": time_plan,
             "tfidf": tfidf,
+            "task_shape": shape,
             "labels": task.label_names,
             "cache_hits": hits,
             "seconds": {k: round(v, 2) for k, v in seconds.items()},

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from edgekd.artifacts import CONFIG, BundleManifest, Candidate, PlanResult
+from edgekd.artifacts import CONFIG, BundleManifest, Candidate, PlanResult, TaskShape
 from edgekd.budget import Budget, evaluate
 from edgekd.config import DistillConfig, PlanConfig, save_config
 from edgekd.errors import EdgeKDError
@@ -81,7 +81,8 @@ def plan(
     from edgekd.data import load_task, median_tokens
     from edgekd.distill.teacher import load_teacher
 
-    task = training_rows(load_task(cfg.data))
+    task, shape = training_rows(load_task(cfg.data))
+    console.print(f"plan: a default distill run would train on {shape.describe()}")
     teacher, teacher_tok = load_teacher(cfg.teacher)
     seq_len = cfg.seq_len or median_tokens(teacher_tok, task.dev.texts)
     shape_only = Budget(**{f: b.model_dump()[f] for f in SHAPE_LIMITS}, threads=b.threads)
@@ -113,23 +114,23 @@ def plan(
             seq_len=seq_len,
             limits=limits,
             candidates=rank(candidates),
+            task_shape=shape,
         )
         result.write(tmp)
         save_config(cfg, tmp / CONFIG)
     return result
 
 
-def training_rows(task: Any) -> Any:
+def training_rows(task: Any) -> tuple[Any, TaskShape]:
     """`task` with the training rows distillation builds a vocabulary from: training
     minus the selection rows it holds out (its defaults), so a candidate's embedding
-    table has the trained student's rows."""
+    table has the trained student's rows; and what a default run sizes from them."""
     from edgekd.data import carve_selection
 
-    defaults = DistillConfig.model_fields
-    train, _, _ = carve_selection(
-        task.train, defaults["selection_rows"].default, defaults["seed"].default
-    )
-    return replace(task, train=train)
+    defaults = DistillConfig(teacher="-")
+    train, select, _ = carve_selection(task.train, defaults.selection_rows, defaults.seed)
+    shape = TaskShape.of(train.labels, task.num_labels, len(select), defaults.augment)
+    return replace(task, train=train), shape
 
 
 def rank(candidates: list[Candidate]) -> list[Candidate]:

@@ -57,6 +57,22 @@ def test_make_plan_says_what_bound_the_choice():
     assert late.epochs == 1 and "over budget" in late.why
 
 
+def test_make_plan_buys_epochs_up_to_the_cap_when_epochs_unset():
+    cfg = DistillConfig(teacher="t")  # epochs unset: the budget's cap is 200
+    assert cfg.epochs is None and cfg.max_epochs == 200
+    # (3,600 − 0 − 20) s × 1,000 rows/s / 50,000 rows = 71.6 → 71 epochs, not 10.
+    roomy = make_plan(FixedClock(60, 0.0), cfg, 1_000.0, None, 50_000, 0, 0)
+    assert roomy.epochs == 71 and roomy.why == "every augmented row; 71 epochs fit the budget"
+    few = make_plan(FixedClock(600, 0.0), cfg, 1_000.0, None, 500, 0, 0)
+    assert few.epochs == 200 and few.why.startswith("everything fits")
+
+
+def test_max_epochs_is_the_default_without_a_budget_and_the_value_when_set():
+    assert DistillConfig(teacher="t", time_budget=None).max_epochs == 10
+    assert DistillConfig(teacher="t", epochs=4).max_epochs == 4
+    assert DistillConfig(teacher="t", epochs=4, time_budget=None).max_epochs == 4
+
+
 def test_augmented_chunks_sit_at_fixed_offsets_under_any_cap():
     texts = [str(i) for i in range(20_000)]
     assert augmented_chunks(texts, None) == [(0, 8192), (8192, 16384), (16384, 20000)]
@@ -126,6 +142,7 @@ def test_run_distill_with_roomy_budget_keeps_everything_and_resolves_it(
     resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
     assert resolved["time_budget"] is None and resolved["epochs"] == 3
     assert resolved["augment"]["max_rows"] == plan.augmented_rows
+    assert resolved["augment"]["n_iter"] == 3
     # The resolved config, rerun without a budget, trains the same student.
     again = DistillConfig(**resolved)
     from edgekd.stages.distill import distill as rerun
@@ -144,6 +161,9 @@ def test_run_distill_with_tiny_budget_drops_augmentation_and_epochs(
     plan = m.time_plan
     assert plan is not None and plan.augmented_rows == 0 and m.n_augmented == 0
     assert plan.epochs == 1 and m.epochs_run == 1 and "over budget" in plan.why
+    # Its resolved config says "no augmented rows" in a form that reads back.
+    resolved = DistillConfig(**yaml.safe_load((tmp_path / "a" / "config.yaml").read_text()))
+    assert resolved.augment.max_rows == 0 and resolved.epochs == 1
 
 
 def test_run_distill_plans_epochs_at_the_probe_taken_after_labelling(
@@ -225,3 +245,53 @@ def test_plan_epochs_fits_every_epoch_when_the_rate_is_unmeasured():
 
     assert plan_epochs(60.0, 2, float("inf"), 7) == 7
     assert plan_epochs(60.0, 2, 1.0, 7) == 7 and plan_epochs(1.0, 100, 1.0, 7) == 1
+
+
+def test_run_distill_resolves_unset_epochs_and_auto_variants_to_numbers(
+    tiny_teacher, tiny_data, tmp_path
+):
+    # No budget: unset epochs mean 10, recorded as 10; auto variants for ~140 training
+    # rows (160 less 16 held out to select and their repeats): ⌈150,000 / 141⌉ =
+    # 1,064 → the cap, 200.
+    from edgekd.stages.distill import distill as run_distill
+
+    cfg = _run(tiny_teacher, tiny_data, time_budget=None, epochs=None, patience=1)
+    cfg = cfg.model_copy(update={"augment": AugmentConfig(methods=["mask"], max_rows=50)})
+    m = run_distill(cfg, tmp_path / "a")
+    resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert resolved["epochs"] == 10 and m.epochs_run <= 10
+    assert m.n_train + m.n_selection + m.n_overlap_dropped == 160 and m.n_selection == 16
+    assert resolved["augment"]["n_iter"] == 200
+    assert m.task_shape is not None and m.task_shape.rows == m.n_train
+
+
+def test_plateaued_when_the_loss_fell_under_3_percent_over_patience_epochs():
+    from edgekd.distill.trainer import plateaued
+
+    assert not plateaued([100.0, 90.0, 80.0], 3)  # too few epochs to tell
+    assert not plateaued([100.0, 90.0, 80.0, 96.9], 3)  # 3.1% under epoch 1
+    assert plateaued([100.0, 90.0, 80.0, 97.1], 3)  # 2.9%: a plateau
+    assert plateaued([100.0, 99.0, 98.5, 98.0, 97.9], 3)  # 99 → 97.9: 1.1%
+    assert plateaued([1e-3, 1e-4, 5e-5, 1e-5], 3)  # falling fast, but nothing left
+
+
+def test_run_distill_stops_budget_bought_epochs_at_a_plateau_and_reruns_to_them(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # Epochs unset: the budget buys them, and a flat loss ends them (here: after epoch
+    # 2); the resolved config records 2, so rerunning it gives the same student.
+    from edgekd.distill import trainer
+    from edgekd.stages import distill as stage
+
+    monkeypatch.setattr(trainer, "plateaued", lambda losses, patience: len(losses) >= 2)
+    cfg = _run(tiny_teacher, tiny_data, time_budget=30.0, epochs=None, patience=1)
+    m = stage.distill(cfg, tmp_path / "a")
+    assert m.epochs_run == 2 and m.time_plan is not None and m.time_plan.cut_after == 2
+    resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert resolved["epochs"] == 2 and resolved["time_budget"] is None
+    stage.distill(DistillConfig(**resolved), tmp_path / "b")  # set epochs: no plateau rule
+    a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in "ab")
+    assert all((a[k] == b[k]).all() for k in a)
+    # Epochs the user set are trained as set: the rule is the budget's only.
+    m = stage.distill(_run(tiny_teacher, tiny_data, time_budget=30.0), tmp_path / "c")
+    assert m.epochs_run == 3
