@@ -75,9 +75,11 @@ def task_data(name: str, work: Path) -> Path:
     for split in ("dev", "test"):
         if (SHARED / source / f"{split}.tsv").is_file():
             (folder / f"{split}.tsv").write_bytes((SHARED / source / f"{split}.tsv").read_bytes())
-    with (folder / "train.tsv").open("w", newline="") as f:
-        w = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, lineterminator="\n")
-        w.writerows([header, *kept])
+    # As read (tab-separated, no quoting: a text may hold a `"`), then renamed into
+    # place, so a killed run never leaves a short file a rerun would take as done.
+    part = folder / "train.tsv.part"
+    part.write_text("".join("\t".join(row) + "\n" for row in [header, *kept]))
+    part.replace(folder / "train.tsv")
     return folder
 
 
@@ -226,7 +228,7 @@ def markdown(results: dict[str, Any], teacher_budget: float) -> str:
             f"{retention} | {r['teacher']['minutes']:.1f}, {r['teacher']['peak_rss_mib']:,} MiB | "
             f"{r['distill']['minutes']:.1f}, {r['distill']['peak_rss_mib']:,} MiB | "
             f"{r['student']['bytes']:,} ({r['student']['shipped']}) | "
-            f"{r.get('revision', 'b9b58e7')} |"
+            f"{r.get('revision', 'b9b58e7')} |"  # rows measured before the column
         )
     return "\n".join(md) + "\n"
 
@@ -255,7 +257,7 @@ def main() -> None:
     text = "no task's data found under ../shared/data\n"
     for name in names:  # the files are rewritten after each task: a long run shows progress
         results[name] = {**run_task(name, args.work / name, args.teacher_budget)}
-        results[name].setdefault("revision", revision())
+        results[name].setdefault("revision", "b9b58e7")  # rows measured before the column
         results = {k: results[k] for k in TASKS if k in results}  # the table's order
         (args.out / "tasks.json").write_text(json.dumps({**meta, "tasks": results}, indent=2))
         text = smoke.markdown(markdown(results, args.teacher_budget))

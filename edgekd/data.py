@@ -182,6 +182,9 @@ def stratified(
     A plain draw is unfair to small classes: 150 rows drawn from 150 labels of 10
     rows each (CLINC150 at 10 rows per class) take none from ~55 labels and 3 or more
     from ~12, which then train on 7 rows or fewer; drawn by share, each gives one."""
+    k = min(k, len(candidates))
+    if k <= 0:
+        return []
     by_label: dict[int, list[int]] = {}
     for i in candidates:
         by_label.setdefault(labels[i], []).append(i)

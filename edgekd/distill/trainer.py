@@ -348,8 +348,9 @@ def train_student(
                         f"{max(left, 0):.0f} s left; stopping after epoch {epoch}"
                     )
                     break
-            losses = [h["train_loss"] for h in history]
-            flat = until_plateau and epoch >= min_epochs and plateaued(losses, cfg.patience)
+            # Losses of the last stage only: annealing's first epochs are another loss.
+            losses = [h["train_loss"] for h in history[min_epochs:]]
+            flat = until_plateau and epoch < cfg.max_epochs and plateaued(losses, cfg.patience)
             if not stop and main_choice(flat):  # every process stops at the same epoch
                 cut_for_time = epoch
                 console.print(

@@ -110,7 +110,16 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         cfg = cfg.model_copy(update={"epochs": cfg.max_epochs})
     # The budget counts from here: loading and augmenting spend it too.
     clock = Clock(cfg.time_budget) if cfg.time_budget is not None else None
-    bought_epochs = clock is not None and cfg.epochs is None  # the budget's to choose
+    # Epochs the budget chooses may end at a plateau (`until_plateau`), and the resolved
+    # config then states the epochs run. Not with a schedule over the planned epochs
+    # (decay, warm-up, per-epoch values): fewer epochs would rerun a different schedule.
+    bought_epochs = (
+        clock is not None
+        and cfg.epochs is None
+        and cfg.lr_decay == "none"
+        and cfg.warmup_ratio == 0
+        and not cfg.schedules
+    )
     torch.manual_seed(cfg.seed)
     seconds: dict[str, float] = {}
     t = time.perf_counter()
