@@ -97,25 +97,10 @@ def test_teacher_probe_is_first_candidate_and_fine_tuning_must_beat_it(
     tmp_path, tiny_data, monkeypatch
 ):
     from conftest import build_tiny_bert
-    from edgekd.data import carve_selection, load_task
-    from edgekd.distill import teacher as module
 
     # Scripted selection scores: the probe (step 0) scores 1.0 and every later scoring
     # 0.0; the probe's weights are kept, and they are the warm-started head.
-
-    task = load_task(DataConfig(spec=str(tiny_data)))
-    select = carve_selection(task.train, 500, 0)[1]
-    real = module.teacher_logits
-    calls = {"n": 0}
-
-    def scripted(model, tokenizer, texts, **kw):
-        if texts != select.texts:
-            return real(model, tokenizer, texts, **kw)
-        calls["n"] += 1
-        gold = np.array(select.labels)
-        return np.eye(2, dtype=np.float32)[gold if calls["n"] == 1 else 1 - gold]
-
-    monkeypatch.setattr(module, "teacher_logits", scripted)
+    script_selection(monkeypatch, tiny_data, lambda n: 0 if n == 1 else 10**6)
     base = build_tiny_bert(tmp_path / "base", classifier=False)
     cfg = TeacherConfig(
         base=str(base), data=DataConfig(spec=str(tiny_data)), epochs=2, batch_size=16
@@ -129,14 +114,31 @@ def test_teacher_patience_counts_from_the_weights_kept_not_the_best_score(
     tmp_path, tiny_data, monkeypatch
 ):
     from conftest import build_tiny_bert
-    from edgekd.data import carve_selection, load_task
-    from edgekd.distill import teacher as module
 
     # Scripted selection scores: 14 of 16 rows right at the first scoring, 13 after.
     # 13/16 is within two standard errors of 14/16 (±0.165), so each later epoch's
     # weights are kept and the run is never stale: 4 epochs of 9 steps, the cool-down
     # from the epoch cap (0.8 × 36 = 28.8 → step 29). Counted from the best score
     # (epoch 1), patience 2 would have started a cool-down at step 27 and ended at 34.
+    script_selection(monkeypatch, tiny_data, lambda n: 2 if n == 1 else 3)
+    base = build_tiny_bert(tmp_path / "base", classifier=False)
+    cfg = TeacherConfig(
+        base=str(base), data=DataConfig(spec=str(tiny_data)), epochs=4, batch_size=16,
+        max_length=16, eval_every=1000, warm_start="none", patience=2, time_budget=None,
+    )  # fmt: skip
+    m = run_teacher(cfg, tmp_path / "t")
+    per_epoch = -(-m["n_train"] // 16)
+    assert per_epoch == 9 and m["steps"] == 36
+    assert m["history"][-1]["decay"] == [29, 36] and m["best_step"] == 36
+
+
+def script_selection(monkeypatch, tiny_data, wrong_at):
+    """Make the selection split score as scripted: at the n-th scoring (1-based) the
+    first `wrong_at(n)` selection rows are predicted wrong, the rest right; other
+    texts go through the real teacher."""
+    from edgekd.data import carve_selection, load_task
+    from edgekd.distill import teacher as module
+
     task = load_task(DataConfig(spec=str(tiny_data)))
     select = carve_selection(task.train, 500, 0)[1]
     real = module.teacher_logits
@@ -147,17 +149,7 @@ def test_teacher_patience_counts_from_the_weights_kept_not_the_best_score(
             return real(model, tokenizer, texts, **kw)
         calls["n"] += 1
         gold = np.array(select.labels)
-        wrong = 2 if calls["n"] == 1 else 3
-        predicted = np.concatenate([1 - gold[:wrong], gold[wrong:]])
-        return np.eye(2, dtype=np.float32)[predicted]
+        wrong = min(len(gold), wrong_at(calls["n"]))
+        return np.eye(2, dtype=np.float32)[np.concatenate([1 - gold[:wrong], gold[wrong:]])]
 
     monkeypatch.setattr(module, "teacher_logits", scripted)
-    base = build_tiny_bert(tmp_path / "base", classifier=False)
-    cfg = TeacherConfig(
-        base=str(base), data=DataConfig(spec=str(tiny_data)), epochs=4, batch_size=16,
-        max_length=16, eval_every=1000, warm_start="none", patience=2, time_budget=None,
-    )  # fmt: skip
-    m = run_teacher(cfg, tmp_path / "t")
-    per_epoch = -(-m["n_train"] // 16)
-    assert per_epoch == 9 and m["steps"] == 36
-    assert m["history"][-1]["decay"] == [29, 36] and m["best_step"] == 36
