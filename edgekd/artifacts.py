@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -259,14 +260,12 @@ class TaskShape(Nested):
         cls, labels: Sequence[int], num_labels: int, selection_rows: int, augment: AugmentConfig
     ) -> TaskShape:
         counts = sorted(Counter(labels).get(k, 0) for k in range(num_labels)) or [0]
-        mid = len(counts) // 2
-        median = counts[mid] if len(counts) % 2 else (counts[mid - 1] + counts[mid]) / 2
         per_text = augment.variants_per_text(len(labels))
         return cls(
             rows=len(labels),
             labels=num_labels,
             min_per_class=counts[0],
-            median_per_class=float(median),
+            median_per_class=float(statistics.median(counts)),
             selection_rows=selection_rows,
             variants_per_text=per_text,
             candidates_at_most=len(labels) * per_text,
