@@ -34,7 +34,7 @@ from pydantic import (
     model_validator,
 )
 
-from edgekd.config import PLAIN_NAME, AugmentConfig
+from edgekd.config import MAX_TOKENS, PLAIN_NAME, AugmentConfig
 from edgekd.errors import EdgeKDError
 from edgekd.io import FILE_KINDS, atomic_write_text, read_json
 from edgekd.registry import first_error
@@ -334,6 +334,10 @@ class TeacherMetrics(Artifact):
     kind: Literal["teacher"] = "teacher"
     dev_accuracy: float = Field(..., description="Of the kept weights; dev chose nothing.")
     selection_accuracy: float | None = Field(None, description="What chose the kept weights.")
+    # What `distill` reads to label as the teacher learnt: its tokens per text (the
+    # default teacher_max_length) and the sentence vector its head reads.
+    max_length: int | None = Field(None, ge=8, le=MAX_TOKENS)
+    pooling: Literal["mean", "cls"] | None = None
 
 
 # ------------------------------------------------------------------ export

@@ -427,8 +427,9 @@ class DistillConfig(StrictModel):
         128,
         ge=8,
         le=MAX_TOKENS,
-        description="Teacher tokens per example; a teacher with fewer positions is refused "
-        "(the default 128 is lowered to such a teacher's positions).",
+        description="Teacher tokens per example; a teacher with fewer positions is refused. "
+        "Unset: the length an `edgekd teacher` folder was trained at, else 128 (lowered to "
+        "a teacher's positions).",
     )
     cache_dir: str | None = Field(
         None,
@@ -524,6 +525,9 @@ class DistillConfig(StrictModel):
             return
         if "teacher_max_length" not in self.model_fields_set:
             self.teacher_max_length = max(8, positions)
+            # Still the default, lowered (assignment marks a field as the user's): a
+            # later default, such as the length the teacher trained at, may replace it.
+            self.model_fields_set.discard("teacher_max_length")
             return
         raise ValueError(
             f"teacher_max_length {self.teacher_max_length} exceeds the teacher {teacher}'s "

@@ -286,7 +286,7 @@ def test_cli_assistant_layers_runs_takd_in_one_command(tmp_path, tiny_data, tiny
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
-    assert resolved["assistant"] == {"student": {"name": "bert", "options": {"layers": 1}}}
+    assert resolved["assistant"]["student"] == {"name": "bert", "options": {"layers": 1}}
     assert (tmp_path / "s" / "assistant" / "model.safetensors").is_file()
 
 

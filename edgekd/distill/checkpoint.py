@@ -90,6 +90,10 @@ class Resume:
     best_epoch: int = 0
     best_state: dict[str, torch.Tensor] | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
+    # Why training ended after `epoch`, when it did ("early stop", "time", "plateau"):
+    # a run killed between this checkpoint and its output resumes to the end, not into
+    # an epoch the first run had decided not to train.
+    final: str | None = None
 
 
 def _optimizer_state(optim: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], Any]:
@@ -158,6 +162,7 @@ def save(
         "best_acc": done.best_acc,
         "best_epoch": done.best_epoch,
         "history": done.history,
+        "final": done.final,
         "optimizer": optim_meta,
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "rng": {
@@ -224,11 +229,17 @@ def load(
     for name, g in generators.items():
         g.bit_generator.state = meta["rng"][name]
     best = part("best.")
-    console.print(f"resuming from epoch {meta['epoch'] + 1} (checkpoint {shown(folder)})")
+    final = meta.get("final")
+    final = str(final)[:20] if final is not None else None
+    if final is None:
+        console.print(f"resuming from epoch {meta['epoch'] + 1} (checkpoint {shown(folder)})")
+    else:
+        console.print(f"resuming after epoch {meta['epoch']}, where training ended ({final})")
     return Resume(
         epoch=int(meta["epoch"]),
         best_acc=float(meta["best_acc"]),
         best_epoch=int(meta["best_epoch"]),
         best_state=best or None,
         history=list(meta["history"]),
+        final=final,
     )

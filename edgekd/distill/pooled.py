@@ -35,25 +35,66 @@ __all__ = ["ARCHITECTURE", "POOLING_KEY", "PooledClassifier", "base_pooling", "i
 WEIGHTS = "model.safetensors"
 
 
-def base_pooling(folder: str | Path) -> str:
+# A sentence-transformers pooling or modules file is a few hundred bytes; one past this
+# is no such file (or crafted), and reads as "cls".
+POOLING_FILE_BYTES = 1 << 20
+
+
+def base_pooling(base: str | Path) -> str:
     """How a base encoder's sentence vector was trained: "mean" when its
     sentence-transformers files say so (modules.json names a Pooling module whose
     config sets `pooling_mode_mean_tokens`), else "cls" (the HF classifier head).
-    Anything unreadable reads as "cls": the standard head is always valid."""
-    root = Path(folder)
+    `base` is a folder or a hub id (its two files fetched like the model's, from the
+    cache when offline). Anything unreadable reads as "cls": the standard head is
+    always valid."""
+    read = _folder_file(Path(base)) if Path(base).is_dir() else _hub_file(str(base))
     try:
-        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+        modules = json.loads(read("modules.json"))
         pooling = next(
             m["path"] for m in modules if str(m.get("type", "")).endswith("models.Pooling")
         )
         # The module's path is a folder name inside the base (e.g. "1_Pooling").
-        config_path = (root / str(pooling) / "config.json").resolve()
-        if not config_path.is_relative_to(root.resolve()):
-            return "cls"
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config = json.loads(read(f"{pooling}/config.json"))
     except (OSError, ValueError, TypeError, KeyError, StopIteration, AttributeError):
         return "cls"
     return "mean" if config.get("pooling_mode_mean_tokens") is True else "cls"
+
+
+def _capped(path: Path) -> bytes:
+    with path.open("rb") as f:
+        data = f.read(POOLING_FILE_BYTES + 1)
+    if len(data) > POOLING_FILE_BYTES:
+        raise ValueError(f"{path.name} is over {POOLING_FILE_BYTES} bytes")
+    return data
+
+
+def _folder_file(root: Path) -> Any:
+    def read(name: str) -> bytes:
+        path = (root / name).resolve()
+        if not path.is_relative_to(root.resolve()):
+            raise ValueError(f"{name} is outside the base")
+        return _capped(path)
+
+    return read
+
+
+def _hub_file(repo: str) -> Any:
+    def read(name: str) -> bytes:
+        # A name the repository gives could climb out of the hub cache: only plain
+        # relative names are fetched.
+        if name.startswith("/") or ".." in name.split("/"):
+            raise ValueError(f"{name} is outside the base")
+        from huggingface_hub import hf_hub_download
+
+        try:
+            path = hf_hub_download(repo, name)
+        except Exception as e:  # the hub client raises a dozen kinds
+            # No such file, no network and no cache, a gated repo: all mean the base
+            # says nothing about its pooling.
+            raise OSError(f"{repo}/{name}: {type(e).__name__}") from None
+        return _capped(Path(path))  # in the hub cache (a link to its blob), not the base
+
+    return read
 
 
 def bare_encoder(load: Any, *args: Any, **kw: Any) -> Any:

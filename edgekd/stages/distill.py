@@ -18,6 +18,7 @@ import torch
 from edgekd.artifacts import CONFIG, DistillMetrics, TaskShape
 from edgekd.config import (
     DistillConfig,
+    load_yaml,
     positions_of,
     save_config,
     teacher_positions,
@@ -28,7 +29,7 @@ from edgekd.distill import checkpoint as ckpt
 from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
 from edgekd.distill.labeling import AugmentedPlan, augmented_texts, teacher_labels
 from edgekd.distill.losses import NO_LABEL
-from edgekd.distill.teacher import load_teacher, teacher_label_names
+from edgekd.distill.teacher import at_trained_length, load_teacher, teacher_label_names
 from edgekd.distill.timebudget import (
     MIN_EPOCHS,
     RESERVE_S,
@@ -92,9 +93,20 @@ def run_takd(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -
                 assistant=cfg.assistant,
             )
         )
-        save_config(cfg.model_copy(update={"lr": metrics.lr}), tmp / CONFIG)
+        save_config(takd_resolved(cfg, tmp / CONFIG, tmp / "assistant" / CONFIG), tmp / CONFIG)
         metrics.write(tmp)
     return metrics
+
+
+def takd_resolved(cfg: DistillConfig, student: Path, assistant: Path) -> DistillConfig:
+    """One config that reruns both TAKD runs: the student run's resolved fields (its
+    epochs, variants, rows, learning rate: what the budget chose) with the original
+    teacher, and in `assistant` every field where the assistant's resolved run differs
+    from them, so {**top, **top.assistant} is the assistant run's resolved config."""
+    top, helper = load_yaml(student), load_yaml(assistant)  # both written by this run
+    top["teacher"] = cfg.teacher  # not the temporary folder the assistant sat in
+    top["assistant"] = {k: v for k, v in helper.items() if k != "assistant" and top.get(k) != v}
+    return validate(DistillConfig, top, "resolved TAKD config")
 
 
 def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -> DistillMetrics:
@@ -103,6 +115,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     check_output(out_dir, overwrite)  # before the teacher labels anything
     # The teachers, data, generator, tokenizers (the assistant's too): never written over.
     check_not_input(out_dir, config_inputs(cfg.model_dump()))
+    cfg = at_trained_length(cfg)  # before TAKD, whose assistant run inherits it
     if cfg.assistant is not None:
         return run_takd(cfg, out_dir, overwrite)
     preflight(cfg)

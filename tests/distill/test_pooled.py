@@ -144,3 +144,54 @@ def test_pooling_cls_forces_standard_head_on_mean_trained_base(tmp_path, tiny_da
     auto = build_classifier(TeacherConfig(base=base), base, task)
     assert type(forced[0]).__name__ == "BertForSequenceClassification" and forced[2] == "cls"
     assert type(auto[0]).__name__ == "PooledClassifier" and auto[2] == "mean"
+
+
+def test_base_pooling_reads_a_hub_bases_files_through_the_hub_client(tmp_path, monkeypatch):
+    # The hub is unreachable here: its client is replaced by one serving a folder, as
+    # its cache would. The two files are fetched by their names inside the repository.
+    import huggingface_hub
+
+    from conftest import mark_mean_pooled
+
+    served = mark_mean_pooled(tmp_path)
+    asked = []
+
+    def download(repo: str, name: str) -> str:
+        asked.append((repo, name))
+        if not (served / name).is_file():
+            raise huggingface_hub.errors.EntryNotFoundError(name)
+        return str(served / name)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    assert base_pooling("org/sentence-encoder") == "mean"
+    assert asked == [("org/sentence-encoder", "modules.json"),
+                     ("org/sentence-encoder", "1_Pooling/config.json")]  # fmt: skip
+    (served / "modules.json").unlink()  # a plain HF classifier on the hub
+    assert base_pooling("org/classifier") == "cls"
+
+
+@pytest.mark.parametrize("path", ["../../etc", "/etc"])
+def test_base_pooling_is_cls_when_a_hub_bases_module_path_climbs_out(tmp_path, monkeypatch, path):
+    import huggingface_hub
+
+    modules = [{"path": path, "type": "sentence_transformers.models.Pooling"}]
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    fetched = []
+
+    def download(repo: str, name: str) -> str:
+        fetched.append(name)
+        return str(tmp_path / name)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    assert base_pooling("org/crafted") == "cls"
+    assert fetched == ["modules.json"]  # the climbing name was never asked for
+
+
+def test_base_pooling_is_cls_when_a_pooling_file_is_over_its_cap(tmp_path):
+    from conftest import mark_mean_pooled
+    from edgekd.distill.pooled import POOLING_FILE_BYTES
+
+    base = mark_mean_pooled(tmp_path)
+    config = base / "1_Pooling" / "config.json"
+    config.write_text(config.read_text() + " " * POOLING_FILE_BYTES)  # valid JSON, too big
+    assert base_pooling(base) == "cls"

@@ -111,3 +111,63 @@ def test_data_max_length_reads_99_percent_of_rows_whole_rounded_to_8(tiny_teache
     assert data_max_length(tok, texts, 512, seed=0) == 104
     assert data_max_length(tok, texts, 64, seed=0) == 64
     assert data_max_length(tok, ["good"] * 10, 512, seed=0) == 16  # at least 16
+
+
+def _edgekd_teacher(tiny_teacher, tmp_path, metrics: dict) -> str:
+    """A copy of the tiny teacher (64 positions) with an `edgekd teacher` metrics.json."""
+    import json
+    import shutil
+
+    folder = tmp_path / "teacher"
+    shutil.copytree(tiny_teacher, folder)
+    (folder / "metrics.json").write_text(json.dumps({"kind": "teacher", **metrics}))
+    return str(folder)
+
+
+def test_at_trained_length_labels_at_the_length_the_teacher_trained_at(tiny_teacher, tmp_path):
+    from edgekd.config import DistillConfig
+    from edgekd.distill.teacher import at_trained_length
+
+    teacher = _edgekd_teacher(tiny_teacher, tmp_path, {"dev_accuracy": 0.9, "max_length": 40})
+    assert at_trained_length(DistillConfig(teacher=teacher)).teacher_max_length == 40
+    # A value the user gives wins.
+    given = DistillConfig(teacher=teacher, teacher_max_length=64)
+    assert at_trained_length(given).teacher_max_length == 64
+
+
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        {"dev_accuracy": 0.9, "max_length": 10**9},  # crafted: past MAX_TOKENS
+        {"dev_accuracy": 0.9, "max_length": "40"},  # a string is not a length
+        {"dev_accuracy": 0.9, "max_length": 40, "format": 99},  # a layout edgekd cannot read
+        {"dev_accuracy": 0.9},  # from before the field: no trained length said
+        {"dev_accuracy": 0.9, "max_length": 4096},  # valid, but past the teacher's positions
+    ],
+)
+def test_at_trained_length_keeps_a_safe_length_when_the_metrics_say_nothing_usable(
+    tiny_teacher, tmp_path, metrics
+):
+    from edgekd.config import DistillConfig
+    from edgekd.distill.teacher import at_trained_length
+
+    cfg = DistillConfig(teacher=_edgekd_teacher(tiny_teacher, tmp_path, metrics))
+    # 128 lowered to the tiny teacher's 64 positions, as for any other teacher.
+    assert at_trained_length(cfg).teacher_max_length == 64
+
+
+def test_distill_labels_at_the_teachers_trained_length(tiny_teacher, tiny_data, tmp_path):
+    import yaml
+
+    from edgekd.config import DataConfig, DistillConfig
+    from edgekd.stages.distill import distill
+
+    teacher = _edgekd_teacher(tiny_teacher, tmp_path, {"dev_accuracy": 0.9, "max_length": 24})
+    options = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
+    cfg = DistillConfig(
+        teacher=teacher, data=DataConfig(spec=str(tiny_data)), epochs=1,
+        student={"name": "bilstm", "options": options}, augment={"methods": []},
+    )  # fmt: skip
+    distill(cfg, tmp_path / "s")
+    resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
+    assert resolved["teacher_max_length"] == 24  # recorded: the rerun labels the same

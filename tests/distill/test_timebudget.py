@@ -296,3 +296,35 @@ def test_run_distill_stops_budget_bought_epochs_at_a_plateau_and_reruns_to_them(
     # Epochs the user set are trained as set: the rule is the budget's only.
     m = stage.distill(_run(tiny_teacher, tiny_data, time_budget=30.0), tmp_path / "c")
     assert m.epochs_run == 3
+
+
+def test_run_distill_resumed_after_its_last_epoch_trains_none_when_a_plateau_ended_it(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # A plateau ends training after epoch 2; the run is killed while it saves its
+    # output, after the checkpoint of epoch 2. Rerun, it must not train epoch 3: the
+    # first run had decided 2 was the last (it once trained one more, with other weights).
+    from edgekd.distill import trainer
+    from edgekd.stages import distill as stage
+
+    cfg = _run(tiny_teacher, tiny_data, time_budget=30.0, epochs=None, patience=1)
+    with monkeypatch.context() as m:
+        m.setattr(trainer, "plateaued", lambda losses, patience: len(losses) >= 1)
+        whole = stage.distill(cfg, tmp_path / "whole")
+
+        def killed(*a, **k):
+            raise RuntimeError("killed while saving")
+
+        m.setattr(trainer, "plateaued", lambda losses, patience: len(losses) >= 1)
+        m.setattr(stage, "save_student", killed)
+        with pytest.raises(RuntimeError, match="killed"):
+            stage.distill(cfg, tmp_path / "a")
+    assert (tmp_path / ".a.resume" / "state.json").is_file() and not (tmp_path / "a").exists()
+    # The rerun's own plateau rule would never fire: only the checkpoint can stop it.
+    monkeypatch.setattr(trainer, "plateaued", lambda losses, patience: False)
+    m = stage.distill(cfg, tmp_path / "a")
+    assert m.epochs_run == 2 and [h["epoch"] for h in m.history] == [1, 2]
+    resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert resolved["epochs"] == 2  # the cut, recorded though this run planned nothing
+    a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in ("a", "whole"))
+    assert all((a[k] == b[k]).all() for k in a) and whole.epochs_run == 2

@@ -450,7 +450,18 @@ def test_run_distill_takd_chains_teacher_assistant_student(tiny_teacher, tiny_da
     import yaml
 
     resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
-    assert resolved["assistant"] == assistant and resolved["teacher"] == str(tiny_teacher)
+    helper = yaml.safe_load((tmp_path / "s" / "assistant" / "config.yaml").read_text())
+    assert resolved["teacher"] == helper["teacher"] == str(tiny_teacher)
+    # Resolved, not as given: the choices both runs made (the student's learning rate
+    # and epochs at the top; the assistant's, where they differ, in its section) ...
+    assert resolved["assistant"]["student"] == assistant["student"]
+    assert resolved["lr"] == m["lr"] and isinstance(resolved["augment"]["n_iter"], int)
+    assert resolved["assistant"]["lr"] == helper["lr"] != resolved["lr"]
+    # ... so the top level with the assistant's section over it is the assistant run.
+    rerun = {**resolved, **resolved["assistant"]}
+    assert {k: v for k, v in rerun.items() if k != "assistant"} == {
+        k: v for k, v in helper.items() if k != "assistant"
+    }
     with pytest.raises(EdgeKDError, match="use an assistant with student: bert"):
         run_distill(cfg(tiny_teacher, tiny_data, assistant={}), tmp_path / "t")
 
