@@ -350,6 +350,8 @@ class ExportedModel(Nested):
     # Measured values may be absent: a limit on one then reads as not measured and fails.
     bytes: int | None = None
     accuracy: float | None = None
+    mcc: float | None = Field(None, description="Matthews correlation on the dev rows, -1..1.")
+    macro_f1: float | None = Field(None, description="F1 averaged over labels, dev rows, 0..1.")
     agreement: float | None = Field(
         None, description="Share of dev rows agreeing with PyTorch, 0..1."
     )

@@ -202,8 +202,9 @@ def print_plan(result: PlanResult) -> None:
 def print_export(r: ExportReport, out: Path) -> None:
     """One line per exported model, then what the validation found."""
     for name, m in r.models.items():
+        mcc = f", MCC {m.mcc:.4f}" if m.mcc is not None else ""
         echo(
-            f"{name}: {m.path} {m.bytes:,} B, accuracy {m.accuracy:.4f}, "
+            f"{name}: {m.path} {m.bytes:,} B, accuracy {m.accuracy:.4f}{mcc}, "
             f"agreement with PyTorch {m.agreement:.4f}"
         )
     if r.int8_refused:

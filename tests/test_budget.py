@@ -175,6 +175,9 @@ def test_budget_for_device_falls_back_to_the_device_specs_defaults():
         ("max_peak_rss_mb", 150, 149.9, 150.1),
         ("max_init_ms", 50, 49, 51),
         ("min_accuracy", 0.85, 0.85, 0.849),
+        ("min_mcc", 0.2, 0.2, 0.199),
+        ("min_mcc", -0.1, -0.1, -0.101),  # MCC runs from -1
+        ("min_macro_f1", 0.8, 0.8, 0.799),
         ("max_drop_vs_teacher", 0.02, 0.02, 0.021),
         ("max_int8_drop", 0.005, 0.0, 0.006),
         ("min_agreement", 0.99, 1.0, 0.98),
@@ -194,7 +197,8 @@ def test_every_limit_kind_passes_at_its_threshold_fails_past_it_and_fails_unmeas
     assert [r.status for r in evaluate(budget, {})] == ["missing"]
     assert set(LIMITS) == {
         "max_bytes", "max_p90_ms", "max_peak_rss_mb", "max_init_ms", "min_accuracy",
-        "max_drop_vs_teacher", "max_int8_drop", "min_agreement", "min_margin_over_baseline",
+        "min_mcc", "min_macro_f1", "max_drop_vs_teacher", "max_int8_drop", "min_agreement",
+        "min_margin_over_baseline",
     }  # fmt: skip
 
 
@@ -262,3 +266,17 @@ def test_load_budget_applies_dotted_sets_over_the_file(tmp_path):
     path.write_text("max_bytes: 100\ndevices: {pi: {max_p90_ms: 9}}\n")
     b = load_budget(path, {"max_bytes": 5, "devices.pi.max_p90_ms": 3})
     assert b.max_bytes == 5 and b.for_device("pi").max_p90_ms == 3
+
+
+def test_collect_metrics_reads_mcc_and_macro_f1_and_fails_an_export_without_them(tmp_path):
+    entry = {"path": "model.int8.onnx", "bytes": 100, "accuracy": 0.8}
+    (tmp_path / "export.json").write_text(json.dumps({"models": {"int8": entry}}))
+    budget = Budget(min_mcc=0.1, min_macro_f1=0.5)
+    # An export from before these metrics: both limits missing, so the gate fails.
+    statuses = [r.status for r in evaluate(budget, collect_metrics([tmp_path], budget))]
+    assert statuses == ["missing", "missing"]
+    entry |= {"mcc": 0.25, "macro_f1": 0.62}
+    (tmp_path / "export.json").write_text(json.dumps({"models": {"int8": entry}}))
+    m = collect_metrics([tmp_path], budget)
+    assert (m["mcc"], m["macro_f1"]) == (0.25, 0.62)
+    assert [r.status for r in evaluate(budget, m)] == ["pass", "pass"]

@@ -186,6 +186,8 @@ def export(
                 path=path.name,
                 bytes=tree_bytes(path),
                 accuracy=result["accuracy"],
+                mcc=result["mcc"],
+                macro_f1=result["macro_f1"],
                 agreement=result["agreement"],
             )
         report["n_dev"] = len(task.dev)

@@ -182,3 +182,16 @@ def test_fixed_length_bilstm_equals_the_packed_student_at_any_length(student):
             want = model(**{k: torch.from_numpy(v) for k, v in feed.items()})
             got = fixed(*(torch.from_numpy(padded[k]) for k in ("input_ids", "attention_mask")))
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_export_records_each_models_mcc_and_macro_f1_from_its_dev_predictions(student, tmp_path):
+    import numpy as np
+
+    from edgekd.artifacts import DevPredictions
+    from edgekd.students.predict import class_scores
+
+    report = run_export(ExportConfig(guard=False), student, tmp_path / "e")
+    preds = DevPredictions.read(tmp_path / "e")
+    for name, entry in report["models"].items():
+        want = class_scores(np.array(preds.models[name]), np.array(preds.labels))
+        assert (entry["mcc"], entry["macro_f1"]) == pytest.approx((want["mcc"], want["macro_f1"]))
