@@ -27,7 +27,13 @@ from edgekd.config import (
 )
 from edgekd.data import sides_of
 from edgekd.errors import EdgeKDError
-from edgekd.students.base import Student, dummy_rows, project_rows, teacher_rows_for
+from edgekd.students.base import (
+    Student,
+    dummy_rows,
+    project_rows,
+    teacher_output_rows,
+    teacher_rows_for,
+)
 from edgekd.students.tokenizer import (
     StudentTokenizer,
     build_word_tokenizer,
@@ -88,8 +94,11 @@ class BiLSTMConfig(StrictModel):
         "max", description="Max over time, or the concatenated final states of both directions."
     )
     dropout: float = Field(0.1, ge=0, lt=1)
-    init: Literal["teacher", "random"] = Field(
-        "teacher", description="Start embeddings from the teacher's (PCA to embedding_dim)."
+    init: Literal["teacher", "teacher-output", "random"] = Field(
+        "teacher",
+        description="Start embeddings from the teacher's input table (teacher), or from "
+        "what its fine-tuned encoder outputs for each token alone (teacher-output, "
+        "model2vec's recipe), PCA to the table's width; or random.",
     )
     max_vocab: int = Field(
         50_000, ge=3, le=MAX_VOCAB, description="Word vocabulary cap (incl. PAD, UNK)."
@@ -254,8 +263,9 @@ class BiLSTMStudent(Student):
             if tok.pad_id != 0:
                 raise ValueError("the teacher's [PAD] id is not 0; use student vocab 'word'")
         model = cls(config, tok.vocab_size, num_labels)
-        if config.init == "teacher" and teacher is not None:
-            rows = teacher_rows_for(
+        if config.init != "random" and teacher is not None:
+            rows_of = teacher_output_rows if config.init == "teacher-output" else teacher_rows_for
+            rows = rows_of(
                 vocab_tokens(tok),
                 teacher,
                 teacher_tokenizer,

@@ -193,3 +193,39 @@ def test_factorised_init_keeps_the_top_principal_coordinates(tiny_teacher):
     # The factorised table starts as the full table's top-2 PCA columns, rest zero.
     torch.testing.assert_close(up[:, :2], full.embedding.weight[:, :2], atol=1e-5, rtol=0)
     assert float(up[:, 2:].abs().max()) == 0.0
+
+
+def test_teacher_output_rows_are_the_encoders_mean_over_each_tokens_own_pieces(tiny_teacher):
+    from edgekd.distill.teacher import load_teacher
+    from edgekd.students.base import teacher_output_rows
+
+    teacher, ttok = load_teacher(str(tiny_teacher))
+    words = ["[PAD]", "movie", "unbelievably", "good"]
+    rows = teacher_output_rows(words, teacher, ttok, same_vocab=False, batch_size=2)
+    assert rows.shape == (4, teacher.config.hidden_size) and float(rows[0].abs().sum()) == 0.0
+    for i, word in enumerate(words[1:], start=1):
+        # By hand, one word at a time: [CLS] pieces [SEP], the pieces' positions averaged.
+        enc = ttok(word, return_tensors="pt")
+        with torch.no_grad():
+            hidden = teacher.base_model(**enc).last_hidden_state[0]
+        torch.testing.assert_close(rows[i], hidden[1:-1].mean(0), atol=1e-5, rtol=0)
+    # The teacher's own pieces (a WordPiece student) give the same row for a one-piece word.
+    pieces = teacher_output_rows(["good"], teacher, ttok, same_vocab=True)
+    torch.testing.assert_close(pieces[0], rows[3], atol=1e-5, rtol=0)
+
+
+def test_prepare_teacher_output_init_starts_from_the_output_rows_not_the_input_table(
+    tiny_teacher,
+):
+    from edgekd.distill.teacher import load_teacher
+    from edgekd.students.base import teacher_output_rows
+
+    teacher, ttok = load_teacher(str(tiny_teacher))
+    texts = ["the movie was good", "bad plot", "awful actors", "a fun film"]
+    options = {"embedding_dim": 4, "embedding_rank": None, "hidden_size": 4, "mlp_size": 8}
+    out, tok = BiLSTMStudent.prepare({**options, "init": "teacher-output"}, texts, 2, teacher, ttok)
+    table, _ = BiLSTMStudent.prepare(options, texts, 2, teacher, ttok)
+    want = project_rows(teacher_output_rows(vocab_tokens(tok), teacher, ttok, same_vocab=True), 4)
+    want[0] = 0.0
+    torch.testing.assert_close(out.embedding.weight.detach(), want)
+    assert not torch.allclose(out.embedding.weight, table.embedding.weight)
