@@ -236,6 +236,14 @@ def _exact_layer_norm_class() -> type:  # built on first use: importing threads 
     return ExactLayerNorm
 
 
+def thread_counts(cores: int | None = None) -> list[int]:
+    """The intra-op thread counts a loop may switch between, most first: all of
+    `cores` (default: this process's) and 1; only the first where switching would
+    change the weights (torch's BLAS not MKL in strict mode)."""
+    counts = sorted({1, cores or available_cores()}, reverse=True)
+    return counts if len(counts) == 1 or strict_blas() else counts[:1]
+
+
 class ThreadGovernor:
     """Chooses PyTorch's intra-op thread count while a loop runs, from measured speed.
 
@@ -257,10 +265,9 @@ class ThreadGovernor:
         import torch
 
         self.torch = torch
-        self.counts = sorted({1, cores or available_cores()}, reverse=True)
+        self.counts = thread_counts(cores)
         self.note: str | None = None
-        if len(self.counts) > 1 and not strict_blas():
-            self.counts = self.counts[:1]
+        if len(self.counts) == 1 and (cores or available_cores()) > 1:
             self.note = (
                 f"threads: {self.counts[0]} for the whole run, since torch's BLAS is not "
                 "MKL in strict mode (MKL_CBWR=AUTO,STRICT, set when edgekd is imported "

@@ -328,3 +328,36 @@ def test_run_distill_resumed_after_its_last_epoch_trains_none_when_a_plateau_end
     assert resolved["epochs"] == 2  # the cut, recorded though this run planned nothing
     a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in ("a", "whole"))
     assert all((a[k] == b[k]).all() for k in a) and whole.epochs_run == 2
+
+
+def test_probe_train_rate_is_the_fastest_thread_count_the_loop_may_run(monkeypatch):
+    # Beside a busy neighbour all cores crawl (every parallel region waits on a parked
+    # thread) while 1 thread keeps its pace; the loop's governor then trains on 1, so
+    # the plan must read 1's rate, not all cores' (32 rows/s once planned 1 epoch).
+    import torch
+
+    from edgekd import threads
+    from edgekd.distill import timebudget
+
+    seen: list[tuple[int, float]] = []
+
+    def rate_at_current_threads(cfg, model, tok, texts, num_labels, seconds):
+        n = torch.get_num_threads()
+        seen.append((n, seconds))
+        return {2: 32.0, 1: 1700.0}[n]
+
+    monkeypatch.setattr(threads, "thread_counts", lambda cores=None: [2, 1])
+    monkeypatch.setattr(timebudget, "_probe", rate_at_current_threads)
+    before = torch.get_num_threads()
+    assert timebudget.probe_train_rate(None, None, None, [], 2, seconds=3.0) == 1700.0
+    assert seen == [(2, 1.5), (1, 1.5)]  # each count its share of the probe's seconds
+    assert torch.get_num_threads() == before  # the run's own count is given back
+
+
+def test_thread_counts_offer_one_thread_only_where_switching_keeps_the_weights(monkeypatch):
+    from edgekd import threads
+
+    monkeypatch.setattr(threads, "strict_blas", lambda: True)
+    assert threads.thread_counts(4) == [4, 1] and threads.thread_counts(1) == [1]
+    monkeypatch.setattr(threads, "strict_blas", lambda: None)
+    assert threads.thread_counts(4) == [4]
