@@ -30,10 +30,12 @@ from pydantic import (
     Field,
     PlainSerializer,
     ValidationError,
+    ValidationInfo,
     computed_field,
     model_validator,
 )
 
+from edgekd import __version__
 from edgekd.config import MAX_TOKENS, PLAIN_NAME, AugmentConfig
 from edgekd.errors import EdgeKDError
 from edgekd.io import FILE_KINDS, atomic_write_text, read_json
@@ -64,6 +66,7 @@ PROFILE_GLOB = "profile*.json"
 CHECK_GLOB = "check*.json"
 
 A = TypeVar("A", bound="Artifact")
+FROM_FILE = "from_file"  # validation context of `Artifact.read`
 
 # ------------------------------------------------------------------ paths read from files
 
@@ -168,6 +171,21 @@ class Artifact(Nested):
     # edgekd's, or crafted) is refused: read as version 1 it was silently trusted.
     FORMATS: ClassVar[tuple[int, ...]] = (1,)
 
+    # Which edgekd wrote the file, so a bundle, an export or a bug report names it. Made
+    # in this process: this edgekd's; read from a file: what the file says (None from
+    # before edgekd recorded it, 0.1.0), nested artifacts too; `write` stamps the
+    # writer's. Provenance only: no reader acts on it (`format` says what can be read).
+    edgekd_version: str | None = Field(
+        default_factory=lambda: __version__, description="The edgekd that wrote this file."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unversioned_file(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, dict) and (info.context or {}).get(FROM_FILE):
+            return {"edgekd_version": None, **data}
+        return data
+
     @classmethod
     def path(cls, where: str | Path) -> Path:
         """`where` itself when it names a .json file, else `where/FILE`."""
@@ -189,8 +207,8 @@ class Artifact(Nested):
                 f"(it reads {', '.join(map(str, cls.FORMATS))}); re-create it with "
                 f"`{cls.MADE_BY}`, or upgrade edgekd"
             )
-        try:
-            return cls.model_validate(data)
+        try:  # a file without a version stays without one: it is not this edgekd's
+            return cls.model_validate(data, context={FROM_FILE: True})
         except ValidationError as e:
             field, message = first_error(e)
             raise EdgeKDError(
@@ -200,7 +218,8 @@ class Artifact(Nested):
 
     def write(self, where: str | Path) -> Path:
         path = self.path(where)
-        atomic_write_text(path, self.model_dump_json(indent=2, exclude_none=True) + "\n")
+        stamped = self.model_copy(update={"edgekd_version": __version__})
+        atomic_write_text(path, stamped.model_dump_json(indent=2, exclude_none=True) + "\n")
         return path
 
 

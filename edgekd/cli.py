@@ -23,6 +23,7 @@ try:  # recent typer carries its own copy of click; older releases use click its
 except ImportError:  # pragma: no cover
     from click.exceptions import ClickException
 
+from edgekd import __version__
 from edgekd.artifacts import ProfileSweep
 from edgekd.config import (
     DEFAULT_BASE,
@@ -85,12 +86,26 @@ M = TypeVar("M", bound=BaseModel)
 DEBUG = {"on": False}  # set by --debug; EDGEKD_DEBUG=1 does the same
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"edgekd {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     debug: bool = typer.Option(
         False,
         "--debug",
         help="On an internal error, print its traceback (also EDGEKD_DEBUG=1).",
+        show_default="off",
+    ),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        help="Print edgekd's version (the installed package's) and exit.",
+        callback=_print_version,
+        is_eager=True,  # before a command is required, as `--help` is
         show_default="off",
     ),
 ) -> None:
@@ -119,6 +134,8 @@ def user_errors(fn: F) -> F:
 
             message, code = describe(e)
             if code == INTERNAL_ERROR and (DEBUG["on"] or os.environ.get("EDGEKD_DEBUG")):
+                # The traceback follows; a report needs the version that raised it.
+                typer.echo(f"edgekd {__version__} (Python {sys.version.split()[0]})", err=True)
                 raise
             typer.echo(f"error: {printable(message)}", err=True)
             raise typer.Exit(code) from None

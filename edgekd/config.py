@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from edgekd import __version__
 from edgekd.errors import EdgeKDError
 from edgekd.io import (  # the JSON limits and readers live in io; configs read them too
     MAX_DEPTH,
@@ -1128,7 +1129,16 @@ def override(cfg: M, **fields: Any) -> M:
     return validate(type(cfg), {**cfg.model_dump(), **updates}, "command-line options")
 
 
+def config_header() -> str:
+    """The first line of every resolved config.yaml: the edgekd that wrote it."""
+    return f"# Resolved by edgekd {__version__}: every field this run used, defaults filled in.\n"
+
+
 def save_config(cfg: BaseModel, path: str | Path) -> None:
+    """Write `cfg` as YAML under `config_header()`. The version is a comment, not a field:
+    the fields stay exactly the model's (an extra one is refused on reading), so the file
+    loads back through `--config` or `load_yaml` + `validate` as it was written."""
     from edgekd.io import atomic_write_text
 
-    atomic_write_text(path, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    body = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+    atomic_write_text(path, config_header() + body)
