@@ -179,6 +179,13 @@ def test_changelog_records_this_version_and_keeps_an_unreleased_section():
     )
 
 
+def test_readme_links_the_changelog_contributing_security_and_license():
+    readme = (REPO / "README.md").read_text()
+    for name in ("CHANGELOG.md", "CONTRIBUTING.md", "SECURITY.md", "LICENSE"):
+        assert f"]({name})" in readme, f"README.md does not link {name}"
+        assert (REPO / name).is_file(), name
+
+
 # ------------------------------------------------------------------ what installs
 
 
