@@ -16,6 +16,10 @@ side in one run; each is the median of `--repeats` timed windows.
 - teacher fine-tuning (`edgekd teacher`): AdamW steps of the default base
   (all-MiniLM-L6-v2 with a new 2-label head) at the default batch (32) and length
   (64), on 2 threads, 1 thread and governed.
+- the time budget's probe (`edgekd.distill.timebudget.probe_train_rate`, what plans a
+  budgeted run's rows and epochs) on the same student and rows: as edgekd runs it (every
+  thread count the governor may pick, the fastest) and at all cores only (before
+  9c3210b), against the governed training rate at batch 50.
 - under load: the same while another process keeps both cores busy (a 2-thread
   PyTorch matmul loop); the ratio loaded/quiet says whether edgekd slows down in
   proportion (≥ 1/3 is the bar; a fair share of 2 cores is 1/2).
@@ -43,7 +47,7 @@ from distill_default import revision  # benchmarks/ is on the path of its own sc
 REPO = Path(__file__).resolve().parents[1]
 LIBGOMP_DEFAULT = "300000"
 # (GOMP_SPINCOUNT, threads; 0 = edgekd's ThreadGovernor) for the training rows.
-SECTIONS = ("label", "train", "finetune")
+SECTIONS = ("label", "train", "finetune", "probe")
 TRAIN_SETTINGS = [(LIBGOMP_DEFAULT, 2), ("30000", 2), (LIBGOMP_DEFAULT, 1), (LIBGOMP_DEFAULT, 0)]
 # Smoke: fixed threads against the governor, one batch size, the same for fine-tuning;
 # every labeller (each its own path) and both loads stay.
@@ -106,20 +110,13 @@ def worker_train(args: argparse.Namespace) -> dict:
     import torch
 
     from edgekd.data import bucketed_batches
-    from edgekd.students.bilstm import BiLSTMConfig, BiLSTMStudent
-    from edgekd.students.tokenizer import build_word_tokenizer
     from edgekd.threads import ThreadGovernor
 
     governor = ThreadGovernor() if args.threads == 0 else None  # 0: what edgekd runs
     if governor is None:
         torch.set_num_threads(args.threads)
-    texts = sample_rows(args.shared, smoke.at_most(20_000, smoke.ROWS), seed=1)
-    tok = build_word_tokenizer(texts, 50_000, 1, True, 64)
-    ids = tok.ids(texts)
-    torch.manual_seed(0)
     before = args.student == "before"
-    config = BiLSTMConfig(embedding_dim=300, embedding_rank=64) if before else BiLSTMConfig()
-    model = BiLSTMStudent(config, tok.vocab_size, 2)
+    texts, tok, ids, model = bilstm_setup(args, before)
     optim = torch.optim.Adam(model.parameters(), lr=1e-3, fused=not before)
     lengths = [tok.length(x) for x in ids]
     batches = bucketed_batches(lengths, args.batch, random.Random(0), pool=50 if before else None)
@@ -138,6 +135,35 @@ def worker_train(args: argparse.Namespace) -> dict:
         return len(idx)
 
     return rows_per_s(step, governor, args, warmup_s=1.0)
+
+
+def bilstm_setup(args: argparse.Namespace, before: bool = False) -> tuple[Any, Any, Any, Any]:
+    """(texts, tokenizer, ids, model): the default BiLSTM on seeded SST-2 rows."""
+    import torch
+
+    from edgekd.students.bilstm import BiLSTMConfig, BiLSTMStudent
+    from edgekd.students.tokenizer import build_word_tokenizer
+
+    texts = sample_rows(args.shared, smoke.at_most(20_000, smoke.ROWS), seed=1)
+    tok = build_word_tokenizer(texts, 50_000, 1, True, 64)
+    torch.manual_seed(0)
+    config = BiLSTMConfig(embedding_dim=300, embedding_rank=64) if before else BiLSTMConfig()
+    return texts, tok, tok.ids(texts), BiLSTMStudent(config, tok.vocab_size, 2)
+
+
+def worker_probe(args: argparse.Namespace) -> dict:
+    """The time plan's training-rate probe, median of `args.repeats`; `--threads 2`:
+    all cores only, as it ran before it timed each count the governor may pick."""
+    from edgekd import threads
+    from edgekd.config import DistillConfig
+    from edgekd.distill.timebudget import probe_train_rate
+
+    if args.threads != 0:
+        threads.thread_counts = lambda cores=None: [args.threads]  # type: ignore[assignment]
+    texts, tok, _, model = bilstm_setup(args)
+    cfg = DistillConfig(teacher="unused", batch_size=args.batch)
+    rates = [probe_train_rate(cfg, model, tok, texts, 2) for _ in range(args.repeats)]
+    return {"rows_per_s": statistics.median(rates)}
 
 
 def worker_finetune(args: argparse.Namespace) -> dict:
@@ -236,7 +262,7 @@ def main() -> None:
         default=list(SECTIONS),
         help="what to measure; the others keep their rows from the last results",
     )
-    p.add_argument("--worker", choices=["label", "train", "finetune"])
+    p.add_argument("--worker", choices=["label", "train", "finetune", "probe"])
     p.add_argument("--runtime", default="torch")
     p.add_argument("--batch", type=int, default=50)
     p.add_argument("--threads", type=int, default=2)
@@ -246,7 +272,12 @@ def main() -> None:
     args.repeats = smoke.at_most(args.repeats, smoke.REPEATS)
     args.window = smoke.pick(args.window, min(args.window, smoke.WINDOW_S))
     if args.worker:
-        workers = {"label": worker_label, "train": worker_train, "finetune": worker_finetune}
+        workers = {
+            "label": worker_label,
+            "train": worker_train,
+            "finetune": worker_finetune,
+            "probe": worker_probe,
+        }
         print(json.dumps(workers[args.worker](args)))
         return
     GOMP_SPINCOUNT = "30000"  # the short spin tried against libgomp's default
@@ -287,6 +318,15 @@ def main() -> None:
             r = measure(args, ["--worker", "finetune", "--threads", str(threads)], env, loaded)
             rows.append(
                 {"what": "finetune", "threads": threads, "loaded": loaded, **r,
+                 "revision": revision()}
+            )  # fmt: skip
+            print(rows[-1], flush=True)
+    for threads in (0, 2) if "probe" in args.sections else ():
+        for loaded in (False, True):
+            env = {**base, "GOMP_SPINCOUNT": LIBGOMP_DEFAULT}
+            r = measure(args, ["--worker", "probe", "--threads", str(threads)], env, loaded)
+            rows.append(
+                {"what": "probe", "threads": threads, "loaded": loaded, **r,
                  "revision": revision()}
             )  # fmt: skip
             print(rows[-1], flush=True)
@@ -373,6 +413,19 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
             lines.append(f"| {name} | {q:.1f} | {ld:.1f} | {ld / q:.2f} |")
         measured = get(what="finetune", threads=0, loaded=False).get("revision", "unknown")
         lines += ["", f"Teacher fine-tuning measured at revision {measured}."]
+    if any(r["what"] == "probe" for r in rows):
+        lines += [
+            "",
+            "| time-budget probe (batch 50) | rows/s quiet | rows/s loaded | loaded/quiet |",
+            "|---|---|---|---|",
+        ]
+        for threads, name in ((0, "edgekd: every count the governor may run, the fastest"),
+                              (2, "before 9c3210b: all cores only")):  # fmt: skip
+            q = get(what="probe", threads=threads, loaded=False)["rows_per_s"]
+            ld = get(what="probe", threads=threads, loaded=True)["rows_per_s"]
+            lines.append(f"| {name} | {q:.0f} | {ld:.0f} | {ld / q:.2f} |")
+        measured = get(what="probe", threads=0, loaded=False).get("revision", "unknown")
+        lines += ["", f"Probe measured at revision {measured}."]
     out = REPO / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     if smoke.SMOKE:
