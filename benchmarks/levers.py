@@ -107,11 +107,11 @@ def teacher_dev(task: str, teacher: Path, data: Path) -> float:
         from edgekd.data import load_task
         from edgekd.distill.teacher import load_predictor
 
-        dev = load_task(DataConfig(spec=str(data))).dev
+        task = load_task(DataConfig(spec=str(data)))
+        dev = task.dev
         predictor = load_predictor(teacher)
         names = list(predictor.label_names)
-        label_names = load_task(DataConfig(spec=str(data))).label_names
-        gold = [names.index(label_names[y]) for y in dev.labels]
+        gold = [names.index(task.label_names[y]) for y in dev.labels]
         predicted = predictor.logits(list(dev.texts)).argmax(1)
         _TEACHER[task] = tasks.score(tasks.TASKS[task][1], predicted, gold)
     return _TEACHER[task]
