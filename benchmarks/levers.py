@@ -107,12 +107,11 @@ def teacher_dev(task: str, teacher: Path, data: Path) -> float:
         from edgekd.data import load_task
         from edgekd.distill.teacher import load_predictor
 
-        task = load_task(DataConfig(spec=str(data)))
-        dev = task.dev
+        rows = load_task(DataConfig(spec=str(data)))
         predictor = load_predictor(teacher)
         names = list(predictor.label_names)
-        gold = [names.index(task.label_names[y]) for y in dev.labels]
-        predicted = predictor.logits(list(dev.texts)).argmax(1)
+        gold = [names.index(rows.label_names[y]) for y in rows.dev.labels]
+        predicted = predictor.logits(list(rows.dev.texts)).argmax(1)
         _TEACHER[task] = tasks.score(tasks.TASKS[task][1], predicted, gold)
     return _TEACHER[task]
 
