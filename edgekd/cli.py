@@ -329,8 +329,9 @@ def distill(
     student: str | None = typer.Option(
         None,
         "--student",
-        help="Student kind: bilstm, bert or mobilebert (bottleneck layers; trains with "
-        "feature-map and attention transfer, then prediction KD).",
+        help="Student kind: bilstm, cnn (windows of 1-4 tokens, max-pooled), bert or "
+        "mobilebert (bottleneck layers; trains with feature-map and attention transfer, "
+        "then prediction KD).",
         show_default="bilstm",
     ),
     layers: int | None = typer.Option(

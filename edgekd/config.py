@@ -347,7 +347,7 @@ class DistillConfig(StrictModel):
     data: DataConfig = Field(default_factory=DataConfig)
     student: Component = Field(
         default_factory=lambda: Component(name="bilstm"),
-        description="Registered student, a name or {name, options}: bilstm, bert, mobilebert.",
+        description="Registered student, a name or {name, options}: bilstm, cnn, bert, mobilebert.",
     )
     augment: AugmentConfig = Field(default_factory=AugmentConfig)
     loss: Component = Field(
@@ -803,14 +803,16 @@ STATIC_OPTIONS = {"calibration", "calibration_samples"}
 
 
 # The candidates `edgekd plan` builds when none are given: Tang et al.'s BiLSTM at three
-# widths × two embedding sizes, and BERT students of 2 and 4 layers at two widths (heads
-# of 64 dims, FFN 4 × width). Each is `{name, options}` as in `distill.student`.
+# widths × two embedding sizes, the CNN at three filter counts, and BERT students of 2
+# and 4 layers at two widths (heads of 64 dims, FFN 4 × width). Each is `{name, options}`
+# as in `distill.student`.
 DEFAULT_GRID: list[dict[str, Any]] = [
     *(
         {"name": "bilstm", "options": {"hidden_size": h, "embedding_dim": e}}
         for h in (64, 150, 300)
         for e in (64, 128)
     ),
+    *({"name": "cnn", "options": {"filters": k}} for k in (64, 128, 256)),
     *(
         {"name": "bert", "options": {"layers": n, "hidden": w, "heads": w // 64, "ffn": 4 * w}}
         for n in (2, 4)

@@ -125,6 +125,7 @@ STUDENTS: Registry[Any] = Registry(
     "student",
     {
         "bilstm": "edgekd.students.bilstm:BiLSTMStudent",
+        "cnn": "edgekd.students.cnn:CNNStudent",
         "bert": "edgekd.students.bert:BertStudent",
         "mobilebert": "edgekd.students.mobilebert:MobileBertStudent",
     },

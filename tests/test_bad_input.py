@@ -127,7 +127,7 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "distill/augment-option": (["distill", "--teacher", T, "--out", OUT, "--augment", "tang", "-s", "augment.methods.tang.options.p_ng=2"], 2, "fix augment.methods.tang.options.p_ng"),
     "distill/augment-absent": (["distill", "--teacher", T, "--out", OUT, "--augment", "tang", "-s", "augment.methods.minimax.options.k=2"], 2, "has no 'minimax'"),
     "distill/option-type": (["distill", "--teacher", T, "--out", OUT, "--data", D, "-s", "student.options.hidden_size=x"], 2, "hidden_size"),
-    "distill/student": (["distill", "--teacher", T, "--out", OUT, "--student", "cnn"], 2, "bilstm"),
+    "distill/student": (["distill", "--teacher", T, "--out", OUT, "--student", "gru"], 2, "bilstm"),
     "distill/loss": (["distill", "--teacher", T, "--out", OUT, "--loss", "l7"], 2, "mse"),
     "distill/augment": (["distill", "--teacher", T, "--out", OUT, "--augment", "shuffle"], 2, "tang"),
     "distill/loss-option": (["distill", "--teacher", T, "--out", OUT, "--loss", "kd", "-s", "loss.options.tau=3"], 2, "has no option 'tau'; valid: none"),

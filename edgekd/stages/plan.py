@@ -37,6 +37,7 @@ SHORT = {
     "hidden_size": "h",
     "embedding_dim": "e",
     "mlp_size": "m",
+    "filters": "k",
     "layers": "l",
     "hidden": "w",
     "heads": "a",

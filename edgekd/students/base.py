@@ -8,18 +8,19 @@ A student folder holds `model.safetensors`, `tokenizer.json`, `student.json`
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from torch import nn
 
+from edgekd.artifacts import StudentMeta
 from edgekd.data import length_sorted_batches
 from edgekd.errors import EdgeKDError
-from edgekd.io import read_json, write_json
-from edgekd.registry import STUDENTS
+from edgekd.registry import STUDENTS, first_error
 from edgekd.students import STUDENT_FILE
 from edgekd.students.tokenizer import StudentTokenizer
 
@@ -104,18 +105,15 @@ def save_student(
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     save_file(state, str(folder / "model.safetensors"))
     tokenizer.save(folder)
-    write_json(
-        folder / STUDENT_FILE,
-        {
-            "student": model.name,
-            "config": model.config.model_dump(mode="json"),
-            "vocab_size": model.vocab_size,
-            "num_labels": model.num_labels,
-            "id2label": id2label,
-            "max_length": tokenizer.max_length,
-            "add_special_tokens": tokenizer.add_special_tokens,
-        },
-    )
+    StudentMeta(
+        student=model.name,
+        config=model.config.model_dump(mode="json"),
+        vocab_size=model.vocab_size,
+        num_labels=model.num_labels,
+        id2label=id2label,
+        max_length=tokenizer.max_length,
+        add_special_tokens=tokenizer.add_special_tokens,
+    ).write(folder)
     model.save_extra(folder, id2label)
 
 
@@ -125,6 +123,7 @@ def is_student_dir(path: Path) -> bool:
 
 def load_student(folder: str | Path) -> tuple[Student, StudentTokenizer, list[str]]:
     """Load a student folder written by `save_student` (safetensors only)."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     folder = Path(folder)
@@ -133,13 +132,25 @@ def load_student(folder: str | Path) -> tuple[Student, StudentTokenizer, list[st
             f"{folder} is not a student folder (no {STUDENT_FILE}); "
             "pass the --out folder of `edgekd distill`"
         )
-    meta = read_json(folder / STUDENT_FILE)
-    cls = STUDENTS.get(meta["student"])
-    model = cls(cls.Config(**meta["config"]), meta["vocab_size"], meta["num_labels"])
-    model.load_state_dict(load_file(str(folder / "model.safetensors")))
+    meta = StudentMeta.read(folder)  # a crafted or damaged file: one line naming the fix
+    cls = STUDENTS.get(meta.student)
+    redo = "re-create the folder with `edgekd distill`"
+    try:
+        config = cls.Config.model_validate(meta.config)
+    except ValidationError as e:
+        field, message = first_error(e)
+        raise EdgeKDError(f"{folder / STUDENT_FILE}: config.{field}: {message}; {redo}") from None
+    model = cls(config, meta.vocab_size, meta.num_labels)
+    try:
+        model.load_state_dict(load_file(str(folder / "model.safetensors")))
+    except (RuntimeError, OSError, SafetensorError) as e:  # not what student.json describes
+        raise EdgeKDError(
+            f"{folder / 'model.safetensors'} does not hold the {meta.student} student that "
+            f"{STUDENT_FILE} describes ({str(e).splitlines()[0][:120]}); {redo}"
+        ) from None
     model.eval()
-    tok = StudentTokenizer.load(folder, meta["max_length"], meta.get("add_special_tokens", False))
-    return model, tok, list(meta["id2label"])
+    tok = StudentTokenizer.load(folder, meta.max_length, meta.add_special_tokens)
+    return model, tok, list(meta.id2label)
 
 
 def project_rows(matrix: torch.Tensor, dim: int, seed: int = 0) -> torch.Tensor:
@@ -297,7 +308,7 @@ def mix_embeddings(
     return lam * x + (1 - lam) * x[perm]
 
 
-def dummy_rows(vocab_size: int, sides: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+def dummy_rows(vocab_size: int, sides: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     """Seeded ids and masks per input suffix ("" or "_b"), rows of the given lengths."""
     rng = np.random.default_rng(0)
     out = {}

@@ -10,50 +10,18 @@ ONNX export keeps this through the LSTM op's `sequence_lens` input.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-import numpy as np
 import torch
 from pydantic import Field, model_validator
 from torch import nn
 
-from edgekd.config import (
-    MAX_INNER,
-    MAX_TOKENS,
-    MAX_VOCAB,
-    MAX_WIDTH,
-    StrictModel,
-    check_student_params,
-)
-from edgekd.data import sides_of
+from edgekd.config import MAX_WIDTH, check_student_params
 from edgekd.errors import EdgeKDError
-from edgekd.students.base import (
-    Student,
-    dummy_rows,
-    project_rows,
-    teacher_output_rows,
-    teacher_rows_for,
-)
-from edgekd.students.tokenizer import (
-    StudentTokenizer,
-    build_word_tokenizer,
-    is_wordpiece,
-    vocab_tokens,
-    wordpiece_from_teacher,
-)
+from edgekd.students.table import TableConfig, TableStudent
 
 
-class BiLSTMConfig(StrictModel):
-    vocab: Literal["auto", "word", "wordpiece"] = Field(
-        # auto → wordpiece for a WordPiece teacher. A word vocabulary maps every word
-        # the transfer set lacks to one [UNK] row: on SST-2 dev that is 4.8% of words,
-        # in 55% of sentences, and on those sentences the word student kept 93.9% of the
-        # teacher's accuracy against 98.6% on the rest (0.8413 vs 0.8855, one seed);
-        # the teacher's pieces carry such words (0.8622 on them, 0.8693 overall).
-        "auto",
-        description="Own word vocabulary from the transfer set, or the teacher's WordPiece "
-        "cut to the pieces the transfer set uses; auto: wordpiece if the teacher has one.",
-    )
+class BiLSTMConfig(TableConfig):
     embedding_dim: int = Field(
         # 64, not Tang et al.'s 300: per token and direction the LSTM's input weights cost
         # 4·150·64 = 38k multiply-adds instead of 4·150·300 = 180k (recurrent: 90k), so
@@ -66,123 +34,41 @@ class BiLSTMConfig(StrictModel):
         le=MAX_WIDTH,
         description="Width the LSTM reads (Tang et al.: 300).",
     )
-    embedding_rank: int | None = Field(
-        # 64: a wider table (embedding_dim 300) stays 0.85 MB in int8 for 13k tokens, not
-        # 4 MB, and its int8 bundle under 1.8 MB.
-        64,
-        ge=1,
-        le=MAX_WIDTH,
-        description="Factorised table: vocab × rank rows, then a rank → embedding_dim "
-        "projection (ALBERT-style); bytes scale with rank, not embedding_dim. null: "
-        "a plain vocab × embedding_dim table.",
-    )
     hidden_size: int = Field(
         150, ge=1, le=MAX_WIDTH, description="LSTM units per direction; Tang et al.: 150."
-    )
-
-    @property
-    def rank(self) -> int | None:
-        """The factorised table's width, or None for a plain table: a rank at or above
-        `embedding_dim` would add a projection and save nothing."""
-        r = self.embedding_rank
-        return r if r is not None and r < self.embedding_dim else None
-
-    mlp_size: int = Field(
-        400, ge=1, le=MAX_INNER, description="ReLU layer width; Tang et al.: 400."
     )
     pooling: Literal["max", "last"] = Field(
         "max", description="Max over time, or the concatenated final states of both directions."
     )
-    dropout: float = Field(0.1, ge=0, lt=1)
-    init: Literal["teacher", "teacher-output", "random"] = Field(
-        "teacher",
-        description="Start embeddings from the teacher's input table (teacher), or from "
-        "what its fine-tuned encoder outputs for each token alone (teacher-output, "
-        "model2vec's recipe), PCA to the table's width; or random.",
-    )
-    max_vocab: int = Field(
-        50_000, ge=3, le=MAX_VOCAB, description="Word vocabulary cap (incl. PAD, UNK)."
-    )
-    min_freq: int = Field(1, ge=1, description="Keep words seen at least this often.")
-    lowercase: bool = True
-    max_length: int = Field(
-        64, ge=1, le=MAX_TOKENS, description="Tokens per text; longer texts are cut."
-    )
-    pair: bool = Field(
-        False, description="Siamese over sentence pairs (set from the data by prepare)."
-    )
 
     @model_validator(mode="after")
     def _size_cap(self) -> BiLSTMConfig:
-        # Parameters from the options alone, before anything is allocated: the LSTM
-        # (2 directions × 4 gates × (h·(e+h) + 2h)), the MLP and, for a word vocabulary,
-        # a table of max_vocab rows (a WordPiece table is the teacher's size, ~30k rows).
+        # Parameters from the options alone, before anything is allocated: the table, the
+        # LSTM (2 directions × 4 gates × (h·(e+h) + 2h)) and the MLP.
         e, h = self.embedding_dim, self.hidden_size
-        rows = self.max_vocab if self.vocab == "word" else 30_522
-        table = rows * (self.rank or e) + (self.rank or 0) * e
+        rows, table = self.table_params()
         lstm = 2 * 4 * (h * (e + h) + 2 * h)
-        mlp = 2 * h * (4 if self.pair else 1) * self.mlp_size
         check_student_params(
-            table + lstm + mlp,
+            table + lstm + self.head_params(2 * h),
             f"embedding_dim {e}, hidden_size {h}, mlp_size {self.mlp_size}, "
             f"embedding_rank {self.embedding_rank}, {rows:,} vocabulary rows",
         )
         return self
 
 
-class BiLSTMStudent(Student):
+class BiLSTMStudent(TableStudent):
     name = "bilstm"
     Config = BiLSTMConfig
-    capabilities = frozenset({"pairs", "mixup", "trim", "pte"})
+    capabilities: ClassVar[frozenset[str]] = TableStudent.capabilities | {"pte"}
 
-    def __init__(self, config: BiLSTMConfig, vocab_size: int, num_labels: int) -> None:
-        super().__init__(config, vocab_size, num_labels)
-        rank = config.rank
-        self.embedding = nn.Embedding(vocab_size, rank or config.embedding_dim, padding_idx=0)
-        self.embedding_proj = (
-            nn.Linear(rank, config.embedding_dim, bias=False) if rank is not None else None
-        )
+    def build_encoder(self, config: BiLSTMConfig) -> None:
         self.lstm = nn.LSTM(
             config.embedding_dim, config.hidden_size, batch_first=True, bidirectional=True
         )
-        self.dropout = nn.Dropout(config.dropout)
-        # A pair's features are [h1, h2, h1⊙h2, |h1−h2|]: four encodings wide.
-        features = 2 * config.hidden_size * (4 if config.pair else 1)
-        self.mlp = nn.Linear(features, config.mlp_size)
-        self.classifier = nn.Linear(config.mlp_size, num_labels)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        input_ids_b: torch.Tensor | None = None,
-        attention_mask_b: torch.Tensor | None = None,
-        mix: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """Logits for texts, or for pairs (`*_b`: the second texts) with the siamese
-        encoder of Tang et al.: one shared BiLSTM encodes both sides."""
-        pooled = self.encode(input_ids, attention_mask, mix)
-        if self.config.pair:
-            if input_ids_b is None or attention_mask_b is None:
-                raise ValueError("a pair student needs input_ids_b and attention_mask_b")
-            other = self.encode(input_ids_b, attention_mask_b, mix)
-            pooled = torch.cat([pooled, other, pooled * other, (pooled - other).abs()], dim=1)
-        hidden = torch.relu(self.mlp(self.dropout(pooled)))
-        return self.classifier(self.dropout(hidden))
-
-    def onnx_inputs(self) -> dict[str, dict[int, str]]:
-        axes = super().onnx_inputs()
-        if self.config.pair:  # the second texts, with their own length axis
-            axes |= {
-                "input_ids_b": {0: "batch", 1: "sequence_b"},
-                "attention_mask_b": {0: "batch", 1: "sequence_b"},
-            }
-        return axes
-
-    def dummy_inputs(self) -> dict[str, np.ndarray]:
-        # Pairs get second texts of lengths 1, 5 and 3 (a one-token side too).
-        sides = {"": (7, 4, 1), **({"_b": (1, 5, 3)} if self.config.pair else {})}
-        return dummy_rows(self.vocab_size, sides)
+    @staticmethod
+    def encoded_width(config: BiLSTMConfig) -> int:
+        return 2 * config.hidden_size
 
     def fixed_length_module(self, int8: bool = False) -> nn.Module:
         """The student on right-padded rows of one length (ExecuTorch); `int8`: its
@@ -191,13 +77,6 @@ class BiLSTMStudent(Student):
             raise EdgeKDError("the fixed-length form takes single texts; pair models use ONNX")
         return Int8FixedLengthBiLSTM(self) if int8 else FixedLengthBiLSTM(self)
 
-    def trimmed(self, keep: list[int]) -> BiLSTMStudent:
-        out = type(self)(self.config, len(keep), self.num_labels)
-        state = self.state_dict()
-        state["embedding.weight"] = self.embedding.weight.detach()[torch.tensor(keep)].clone()
-        out.load_state_dict(state)
-        return out.eval()
-
     def encode(
         self,
         input_ids: torch.Tensor,
@@ -205,14 +84,7 @@ class BiLSTMStudent(Student):
         mix: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """One text per row → its pooled BiLSTM states (batch × 2·hidden)."""
-        x = self.embedding(input_ids)
-        if self.embedding_proj is not None:
-            x = self.embedding_proj(x)
-        if mix is not None:  # MixKD: the mixed row is as long as the longer of the two
-            from edgekd.students.base import mix_embeddings
-
-            x = mix_embeddings(x, attention_mask, *mix)
-            attention_mask = torch.maximum(attention_mask, attention_mask[mix[0]])
+        x, attention_mask = self.embed(input_ids, attention_mask, mix)
         lengths = attention_mask.sum(1)
         x = self.dropout(x)
         packed = nn.utils.rnn.pack_padded_sequence(
@@ -230,58 +102,6 @@ class BiLSTMStudent(Student):
             pad = ~attention_mask.bool().unsqueeze(-1)
             pooled = out.masked_fill(pad, -1e4).max(dim=1).values
         return pooled
-
-    @classmethod
-    def prepare(
-        cls,
-        options: dict[str, Any],
-        texts: list[str],
-        num_labels: int,
-        teacher: Any,
-        teacher_tokenizer: Any,
-    ) -> tuple[BiLSTMStudent, StudentTokenizer]:
-        pair = any(not isinstance(t, str) for t in texts[:1])
-        config = BiLSTMConfig(**{**options, "pair": pair})
-        if config.vocab == "auto":
-            kind = "wordpiece" if is_wordpiece(teacher_tokenizer) else "word"
-            config = config.model_copy(update={"vocab": kind})
-        if config.vocab == "word":
-            mask = getattr(teacher_tokenizer, "mask_token", None)
-            tok = build_word_tokenizer(
-                sides_of(texts),
-                config.max_vocab,
-                config.min_freq,
-                config.lowercase,
-                config.max_length,
-                specials=(mask,) if mask else (),
-            )
-        else:
-            tok = wordpiece_from_teacher(
-                teacher_tokenizer, config.max_length, texts=sides_of(texts)
-            )
-            # WordPiece ids must not collide with our padding row 0 meaning anything else.
-            if tok.pad_id != 0:
-                raise ValueError("the teacher's [PAD] id is not 0; use student vocab 'word'")
-        model = cls(config, tok.vocab_size, num_labels)
-        if config.init != "random" and teacher is not None:
-            rows_of = teacher_output_rows if config.init == "teacher-output" else teacher_rows_for
-            rows = rows_of(
-                vocab_tokens(tok),
-                teacher,
-                teacher_tokenizer,
-                same_vocab=config.vocab == "wordpiece",
-            )
-            with torch.no_grad():
-                # PCA coordinates: with a rank, the table holds the top `rank` of them and
-                # the projection starts as the identity into the first `rank` columns.
-                init = project_rows(rows, config.rank or config.embedding_dim)
-                init[0] = 0.0  # padding row
-                model.embedding.weight.copy_(init)
-                if model.embedding_proj is not None:
-                    model.embedding_proj.weight.copy_(
-                        torch.eye(config.embedding_dim, config.rank or 1)
-                    )
-        return model, tok
 
 
 class FixedLengthBiLSTM(nn.Module):
@@ -345,6 +165,9 @@ class Int8FixedLengthBiLSTM(FixedLengthBiLSTM):
     embedding table is an int8 buffer with a scale per row, widened to fp32 only at
     the looked-up rows.
     """
+
+    table: torch.Tensor
+    table_scale: torch.Tensor
 
     def __init__(self, student: Any) -> None:
         super().__init__(student)

@@ -542,3 +542,25 @@ def test_run_distill_recomputes_cached_logits_of_the_wrong_shape(tiny_teacher, t
     m = run_distill(cfg(tiny_teacher, tiny_data, epochs=1), tmp_path / "b")
     assert m["cache_hits"] == {"train": False, "dev": False, "selection": False}
     assert m["n_dev"] == 40
+
+
+def test_run_distill_cnn_student_trains_then_exports_an_int8_model_that_agrees(
+    tiny_teacher, tiny_data, tmp_path
+):
+    from edgekd.config import ExportConfig
+    from edgekd.stages.export import export as run_export
+
+    options = {"embedding_dim": 16, "filters": 8, "mlp_size": 16}
+    m = run_distill(
+        cfg(tiny_teacher, tiny_data, student={"name": "cnn", "options": options}), tmp_path / "s"
+    )
+    meta = StudentMeta.read(tmp_path / "s")
+    assert meta.student == "cnn" and meta.config["widths"] == [1, 2, 3, 4]
+    assert m["epochs_run"] == 2
+    report = run_export(ExportConfig(guard=False), tmp_path / "s", tmp_path / "e")
+    assert set(report["models"]) == {"fp32", "int8"}
+    # The fp32 graph is the student (validated); int8 rounds it: on 40 dev rows it may
+    # flip a close call, not the model.
+    fp32, int8 = report["models"]["fp32"], report["models"]["int8"]
+    assert fp32["accuracy"] == pytest.approx(m["student_accuracy"])
+    assert abs(int8["accuracy"] - fp32["accuracy"]) <= 0.1

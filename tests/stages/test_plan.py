@@ -31,16 +31,19 @@ def config(teacher, data, **kw) -> PlanConfig:
     )
 
 
-def test_default_grid_is_three_bilstm_widths_by_two_embeddings_and_four_berts():
+def test_default_grid_is_six_bilstms_three_cnns_and_four_berts():
     bilstm = {
         (c["options"]["hidden_size"], c["options"]["embedding_dim"]) for c in DEFAULT_GRID[:6]
     }
     assert bilstm == {(h, e) for h in (64, 150, 300) for e in (64, 128)}
-    bert = [c["options"] for c in DEFAULT_GRID[6:]]
+    assert [(c["name"], c["options"]) for c in DEFAULT_GRID[6:9]] == [
+        ("cnn", {"filters": k}) for k in (64, 128, 256)
+    ]
+    bert = [c["options"] for c in DEFAULT_GRID[9:]]
     assert {(o["layers"], o["hidden"]) for o in bert} == {(2, 128), (2, 256), (4, 128), (4, 256)}
     assert all(o["heads"] * 64 == o["hidden"] and o["ffn"] == 4 * o["hidden"] for o in bert)
     names = [candidate_name(c) for c in PlanConfig(teacher="t", data={"spec": "d"}).grid]
-    assert len(set(names)) == 10 and names[0] == "bilstm-h64-e64"
+    assert len(set(names)) == 13 and names[0] == "bilstm-h64-e64" and names[6] == "cnn-k64"
     assert names[-1] == "bert-l4-w256-a4-f1024"
 
 
