@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
+import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -36,9 +37,9 @@ from pydantic import (
 )
 
 from edgekd import __version__
-from edgekd.config import MAX_TOKENS, PLAIN_NAME, AugmentConfig
+from edgekd.config import MAX_TOKENS, PLAIN_NAME, AugmentConfig, parse_yaml
 from edgekd.errors import EdgeKDError
-from edgekd.io import FILE_KINDS, atomic_write_text, read_json
+from edgekd.io import FILE_KINDS, MAX_JSON_BYTES, atomic_write_text, read_json, read_regular
 from edgekd.registry import first_error
 
 # ------------------------------------------------------------------ file names
@@ -770,6 +771,133 @@ class BundleManifest(Artifact):
     # The shipped model's dev predictions (one model under its kind), so a bundle can
     # be a baseline whose accuracy is compared row by row.
     predictions: DevPredictions | None = None
+
+
+# ------------------------------------------------------------------ model card
+# A bundle's README.md: YAML front matter as the Hugging Face Hub reads it (the keys
+# and the `model-index` shape of huggingface/hub-docs modelcard.md), then Markdown for
+# people. Only measured values go in; one that was not measured is absent, not zero.
+
+
+class CardMetric(Nested):
+    """One measured value of `model-index`: a metric id, the value, and for people
+    what was measured on what."""
+
+    type: str  # accuracy, agreement, latency_p50_ms, latency_p90_ms, model_bytes, ...
+    value: float | int  # strict: bytes stay an int
+    name: str
+
+
+class CardDataset(Nested):
+    type: str = Field(..., description="A Hub dataset id; `local` or `unknown` otherwise.")
+    name: str
+
+
+class CardTask(Nested):
+    type: Literal["text-classification"] = "text-classification"
+    name: str = "Text Classification"
+
+
+class CardResult(Nested):
+    task: CardTask = Field(default_factory=CardTask)
+    dataset: CardDataset
+    metrics: list[CardMetric] = Field(..., min_length=1)
+
+
+class CardModel(Nested):
+    name: str
+    results: list[CardResult]
+
+
+class CardEdgekd(Nested):
+    """The front matter's `edgekd:` block: what the Hub has no key for."""
+
+    version: str = Field(..., description="The edgekd that wrote the bundle.")
+    model: Literal["fp32", "int8"] = Field(..., description="The exported model that ships.")
+    e2e: bool = False
+    student: str
+    student_options: dict[str, Any] = Field(..., description="The student's resolved config.")
+    labels: list[str]
+    params: int | None = None
+    teacher_accuracy: float | None = Field(None, description="On the same dev rows.")
+    dev_rows: int | None = None
+    dev_rows_sha256: str | None = Field(None, description="The dev texts and gold labels.")
+    data: str | None = Field(None, description="The Hub dataset distilled on.")
+    # The resolved config.yaml beside the student (`distill`) and beside the export
+    # (`export`), by sha256: they hold local paths, so the card points at them instead.
+    config_sha256: dict[str, str] = Field(default_factory=dict)
+
+
+def _card_string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # Plain only for words no YAML reader takes for anything but a string; the rest
+    # double-quoted, line breaks escaped as \n. So a label "x\n---" stays on one line
+    # (nothing can close the front matter early), and "1e3", "no" or "0o17" stay strings
+    # for YAML 1.2 readers too (the Hub's), not only for PyYAML's 1.1.
+    plain = _PLAIN_WORD.fullmatch(value) is not None and value.lower() not in _YAML_WORDS
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=None if plain else '"')
+
+
+_PLAIN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_./-]*(?: [A-Za-z0-9_./-]+)*")
+_YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "nan", "inf"}
+
+
+class _CardDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # no &id001 anchors: every value written out where it is used
+
+
+_CardDumper.add_representer(str, _card_string)
+
+
+class ModelCard(Nested):
+    """`README.md` of a bundle: the front matter's fields, and `body` (the Markdown
+    below it, not part of the front matter)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+    FILE: ClassVar[str] = "README.md"
+    # A card is a few KB, but it copies student.json's labels and options, which may be
+    # as large as any JSON edgekd reads.
+    MAX_BYTES: ClassVar[int] = 2 * MAX_JSON_BYTES
+
+    pipeline_tag: Literal["text-classification"] = "text-classification"
+    library_name: Literal["onnx"] = "onnx"
+    tags: list[str] = Field(default_factory=list)
+    base_model: str | None = Field(None, description="The teacher, when it is a Hub model.")
+    datasets: list[str] | None = Field(None, description="Hub datasets distilled on.")
+    model_index: list[CardModel] = Field(..., alias="model-index")
+    edgekd: CardEdgekd
+    body: str = Field("", exclude=True)
+
+    def front_matter(self) -> str:
+        data = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        # width: no line folding, so a long value is one line as well
+        return yaml.dump(
+            data, Dumper=_CardDumper, allow_unicode=True, sort_keys=False, width=1 << 30
+        )
+
+    def text(self) -> str:
+        return f"---\n{self.front_matter()}---\n\n{self.body}"
+
+    def write(self, folder: str | Path) -> Path:
+        path = Path(folder) / self.FILE
+        atomic_write_text(path, self.text())
+        return path
+
+    @classmethod
+    def read(cls, where: str | Path) -> ModelCard:
+        """A card file (or a folder holding one), its front matter read with a safe loader."""
+        path = Path(where)
+        path = path / cls.FILE if path.is_dir() else path
+        fix = "rebuild the bundle with `edgekd bundle`"
+        text = read_regular(path, "model card", fix, cls.MAX_BYTES).decode("utf-8", "replace")
+        head, sep, body = text.partition("\n---\n")
+        if not text.startswith("---\n") or not sep:
+            raise EdgeKDError(f"{path} has no `---` front matter; {fix}")
+        try:
+            return cls.model_validate({**parse_yaml(head[4:]), "body": body.lstrip("\n")})
+        except (yaml.YAMLError, TypeError, ValueError) as e:  # ValidationError included
+            why = (str(e).splitlines() or [type(e).__name__])[0][:120]
+            raise EdgeKDError(f"{path} front matter is not a model card ({why}); {fix}") from None
 
 
 class TrimReport(Artifact):

@@ -4,10 +4,13 @@ numpy and `tokenizers` alone.
     model.onnx       the model that ships (int8 when the export kept one, else fp32)
     tokenizer.json   the student's tokenizer
     student.json     label names, max length, special tokens
-    manifest.json    sha256 and bytes of every file, accuracy, the measured profile
+    README.md        the model card: Hub front matter (labels, metrics, provenance), then
+                     how to predict with edgekd and without it
+    manifest.json    sha256 and bytes of every file (the card's too), accuracy, the
+                     measured profile
 
-or, with `--model e2e`, `model.e2e.onnx` alone beside the manifest (string in, label
-out: tokenizer and label names inside; onnxruntime-extensions runs it).
+or, with `--model e2e`, `model.e2e.onnx` and the card beside the manifest (string in,
+label out: tokenizer and label names inside; onnxruntime-extensions runs it).
 
 `Bundle` verifies every sha256 before it loads anything, then predicts labels and
 probabilities. This module must never import torch or transformers (a test checks).
@@ -15,7 +18,9 @@ probabilities. This module must never import torch or transformers (a test check
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import stat
 import struct
@@ -27,7 +32,9 @@ from typing import IO, Any, TypeVar
 
 import numpy as np
 
+from edgekd import __version__
 from edgekd.artifacts import (
+    CONFIG,
     E2E_MODEL,
     MODEL_FILES,
     PROFILE_GLOB,
@@ -35,14 +42,24 @@ from edgekd.artifacts import (
     Artifact,
     BundleFile,
     BundleManifest,
+    CardDataset,
+    CardEdgekd,
+    CardMetric,
+    CardModel,
+    CardResult,
     DevPredictions,
+    DistillMetrics,
+    ExportedModel,
     ExportReport,
+    ModelCard,
     ProfileResult,
     StudentMeta,
     file_inside,
     is_plain_name,
     read_profile,
 )
+from edgekd.config import DataConfig, load_fields, validate
+from edgekd.data import SUFFIXES
 from edgekd.errors import OUTPUT_REFUSED, EdgeKDError
 from edgekd.io import (
     MARKER,
@@ -53,7 +70,13 @@ from edgekd.io import (
     owned_files,
     sha256_file,
 )
-from edgekd.students.predict import E2EPredictor, OnnxPredictor, check_rows, softmax
+from edgekd.students.predict import (
+    E2E_LABELS,
+    E2EPredictor,
+    OnnxPredictor,
+    check_rows,
+    softmax,
+)
 
 MANIFEST = BundleManifest.FILE
 MODEL = MODEL_FILES["fp32"]  # whichever model ships, under one name
@@ -67,7 +90,8 @@ BUNDLE_FIX = "rebuild it with `edgekd bundle`"
 #   300-d table); a fp32 BERT student as large as the MiniLM reference teacher would be
 #   ~91 MB. 512 MiB is over 5x that, and `make_bundle` refuses to write a larger one.
 MAX_BUNDLE_BYTES = 512 << 20
-# - 16 entries: a bundle holds 4 (model, tokenizer, student.json, manifest) or 2 (e2e).
+# - 16 entries: a bundle holds 5 (model, tokenizer, student.json, card, manifest) or 3
+#   (e2e).
 MAX_ENTRIES = 16
 # - a central directory of 64 KiB: 16 entries with short names need under 2 KiB. Checked
 #   from the end record before zipfile parses the directory, so a zip claiming millions
@@ -116,9 +140,10 @@ def make_bundle(
     written beside `out_dir`: an existing one is replaced only when `out_dir` is an
     edgekd folder (they were written together), never a .zip of the user's.
 
-    Every file is read from inside `export_dir` only: a name from export.json must be a
-    plain file name there, and a symlink where a file is expected is refused (it would
-    ship whatever it points at).
+    Every file that ships is read from inside `export_dir` only: a name from export.json
+    must be a plain file name there, and a symlink where a file is expected is refused (it
+    would ship whatever it points at). The card also reads the student folder export.json
+    names, for where the student came from (`distilled_from`), and ships none of its files.
     """
     out_dir = Path(out_dir)
     check_output(out_dir, overwrite)
@@ -174,11 +199,15 @@ def make_bundle(
             f"{source.name} and its files hold {size:,} bytes, more than a bundle's "
             f"{MAX_BUNDLE_BYTES:,}; bundle the int8 model (--model int8) or a smaller student"
         )
+    profile = profiles[-1] if profiles else None
     with atomic_dir(out_dir, overwrite) as tmp:
         # A one-file model ships alone: its tokenizer and label names are inside it.
         _copy(source, tmp / (E2E_MODEL if e2e else MODEL))
         for name, path in extras.items():
             _copy(path, tmp / name)
+        runs = {p.name: p.stat().st_size for p in tmp.iterdir()}  # what predicting reads
+        model_card(export_dir, report, meta, model, e2e, runs, profile, predictions).write(tmp)
+        # Listed like every other file: an edited card fails `verify` as a model would.
         files = {
             p.name: BundleFile(sha256=sha256_file(p), bytes=p.stat().st_size)
             for p in sorted(tmp.iterdir())
@@ -193,7 +222,7 @@ def make_bundle(
             e2e=e2e,
             teacher_accuracy=report.teacher_accuracy,
             quantizer=entry.get("quantizer"),
-            profile=profiles[-1] if profiles else None,
+            profile=profile,
             predictions=predictions,
         ).write(tmp)
     tmp_zip = archive.with_name(f".{archive.name}.tmp")
@@ -203,6 +232,372 @@ def make_bundle(
                 z.write(p, p.name)
     tmp_zip.replace(archive)
     return archive
+
+
+# ------------------------------------------------------------------ the model card
+
+# huggingface_hub's repo id rule, ASCII only: [namespace/]name, 96 characters at most.
+HUB_ID = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9_.-]*/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+MAX_LABELS_SHOWN = 20  # the body's list; the front matter holds every label
+
+# What `Bundle` does, with onnxruntime, numpy and tokenizers only: the tokenizer as
+# `StudentTokenizer` sets it up (truncated to max_length, never padded by itself; an
+# empty row gets one [UNK]), one padded batch, the inputs the graph takes, softmax.
+# tests/stages/test_bundle.py runs it from a card against `Bundle`.
+SNIPPET = """\
+import json
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+meta = json.load(open("student.json", encoding="utf-8"))
+labels, special = meta["id2label"], meta.get("add_special_tokens", False)
+tokenizer = Tokenizer.from_file("tokenizer.json")
+tokenizer.no_padding()
+tokenizer.enable_truncation(meta["max_length"])
+pad = tokenizer.token_to_id("[PAD]") or 0
+fill = tokenizer.token_to_id("[UNK]") or pad  # an empty text still gets one token
+session = ort.InferenceSession("model.onnx", providers=["CPUExecutionProvider"])
+inputs = {i.name for i in session.get_inputs()}
+
+
+def predict(texts):
+    \"\"\"Each text's label and its probability per label.\"\"\"
+    rows = [e.ids or [fill] for e in tokenizer.encode_batch(texts, add_special_tokens=special)]
+    ids = np.full((len(rows), max(map(len, rows))), pad, dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = 1
+    feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+    logits = session.run(None, {k: v for k, v in feed.items() if k in inputs})[0]
+    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    return [(labels[p.argmax()], dict(zip(labels, p.tolist()))) for p in probs]
+
+
+print(predict(["an example text"]))
+"""
+
+# What `E2EPredictor` does: the tokenizer is inside the graph, which reads one row a call.
+E2E_SNIPPET = f"""\
+import json
+
+import numpy as np
+import onnxruntime as ort
+from onnxruntime_extensions import get_library_path
+
+options = ort.SessionOptions()
+options.register_custom_ops_library(get_library_path())
+session = ort.InferenceSession("{E2E_MODEL}", options, providers=["CPUExecutionProvider"])
+labels = json.loads(session.get_modelmeta().custom_metadata_map["{E2E_LABELS}"])
+
+
+def predict(texts):
+    \"\"\"Each text's label and its probability per label.\"\"\"
+    out = []
+    for text in texts:
+        row = np.array([text] if isinstance(text, str) else list(text))  # a pair: (a, b)
+        p = session.run(["probabilities"], {{"text": row}})[0][0]
+        out.append((labels[p.argmax()], dict(zip(labels, p.tolist()))))
+    return out
+
+
+print(predict(["an example text"]))
+"""
+
+
+def hub_id(name: str | None) -> str | None:
+    """`name` when edgekd read it from the Hugging Face Hub: a repo id that is no file or
+    folder here, edgekd's own test (`hub.require_hub`, `data.load_task`), and no data
+    file name. A local path is left out of the card: it names nothing for its readers
+    and would publish the user's folders."""
+    if name is None or not HUB_ID.fullmatch(name) or "--" in name or ".." in name:
+        return None
+    if name.endswith(".git") or Path(name).suffix in SUFFIXES:
+        return None
+    return None if os.path.lexists(name) else name
+
+
+def distilled_from(
+    export_dir: Path, report: ExportReport, meta: StudentMeta
+) -> tuple[DistillMetrics, Path] | None:
+    """The distill run behind this export, from the student folder export.json names, or
+    None. DistillMetrics is not copied into an export, so this folder is the one place
+    the teacher, the data and the student's agreement with the teacher are recorded.
+
+    Taken only while that folder is still the student exported: its student.json byte for
+    byte the export's copy, its metrics the teacher accuracy that export.json copied from
+    them, and the PyTorch student's accuracy that the export re-scored, on as many dev rows
+    with the same labels. Moved, re-distilled since, or exported on other data: None, and
+    the card leaves those values out rather than state another run's."""
+    if report.student is None or report.teacher_accuracy is None:
+        return None
+    folder = Path(report.student)
+    try:
+        if not folder.is_dir():
+            return None
+        metrics = DistillMetrics.read(file_inside(folder, DistillMetrics.FILE, EXPORT_FIX))
+        theirs = sha256_file(file_inside(folder, StudentMeta.FILE, EXPORT_FIX))
+        ours = sha256_file(file_inside(export_dir, StudentMeta.FILE, EXPORT_FIX))
+    except (EdgeKDError, OSError):
+        return None
+    same = (
+        theirs == ours
+        and metrics.labels == meta.id2label
+        and metrics.n_dev == report.n_dev
+        and metrics.teacher_accuracy == report.teacher_accuracy
+        and metrics.student_accuracy == report.student_accuracy
+    )
+    return (metrics, folder) if same else None
+
+
+def _config(folder: Path) -> tuple[str, DataConfig | None] | None:
+    """The sha256 of `folder`'s resolved config.yaml and its `data` section (None when it
+    has none, as an export's has not); None without a readable config."""
+    try:
+        path = file_inside(folder, CONFIG, EXPORT_FIX)
+        fields = load_fields(path)
+        data = validate(DataConfig, fields["data"], str(path)) if "data" in fields else None
+        return sha256_file(path), data
+    except (EdgeKDError, OSError):
+        return None
+
+
+def model_card(
+    export_dir: Path,
+    report: ExportReport,
+    meta: StudentMeta,
+    model: str,
+    e2e: bool,
+    runs: dict[str, int],
+    profile: ProfileResult | None,
+    predictions: DevPredictions | None,
+) -> ModelCard:
+    """The bundle's README.md, every value from the typed artifacts above; `runs`: bytes of
+    each file that predicting reads. A value nobody measured is left out."""
+    entry: ExportedModel = report.models[model]  # type: ignore[index]
+    distilled = distilled_from(export_dir, report, meta)
+    metrics = distilled[0] if distilled else None
+    distill_config = _config(distilled[1]) if distilled else None
+    configs = {"distill": distill_config, "export": _config(export_dir)}
+    data = distill_config[1] if distill_config else None
+    hub_data = hub_id(data.spec) if data else None
+    if hub_data is not None:
+        dataset = CardDataset(type=hub_data, name=hub_data)
+    elif data is not None:
+        dataset = CardDataset(type="local", name="local data files")
+    else:
+        dataset = CardDataset(type="unknown", name="not recorded with the export")
+
+    kind = f"{model} ONNX"
+    model_file = E2E_MODEL if e2e else MODEL
+    found: list[CardMetric] = []
+    if entry.accuracy is not None:
+        what = f"{kind}, which {E2E_MODEL} wraps" if e2e else kind
+        found.append(
+            CardMetric(type="accuracy", value=entry.accuracy, name=f"Dev accuracy ({what})")
+        )
+    if metrics is not None:
+        found.append(
+            CardMetric(
+                type="agreement",
+                value=metrics.agreement,
+                name="Agreement with the teacher on dev (the PyTorch student, before export)",
+            )
+        )
+    if entry.agreement is not None:
+        found.append(
+            CardMetric(
+                type="agreement_with_student",
+                value=entry.agreement,
+                name=f"Agreement with the PyTorch student on dev ({kind})",
+            )
+        )
+    if profile is not None:
+        where = _where(profile, profile.device)
+        for q in ("p50", "p90"):
+            value = getattr(profile, f"{q}_ms")
+            if value is not None:
+                found.append(
+                    CardMetric(
+                        type=f"latency_{q}_ms", value=value, name=f"{q} latency, ms ({where})"
+                    )
+                )
+    found.append(
+        CardMetric(type="model_bytes", value=runs[model_file], name=f"{model_file}, bytes")
+    )
+    found.append(
+        CardMetric(
+            type="bundle_bytes",
+            value=sum(runs.values()),
+            name=f"What predicting reads ({', '.join(sorted(runs))}), bytes",
+        )
+    )
+    teacher = hub_id(metrics.teacher) if metrics else None
+    card = ModelCard(
+        tags=["edgekd", "onnx", "knowledge-distillation", *(["int8"] if model == "int8" else [])],
+        base_model=teacher,
+        datasets=[hub_data] if hub_data else None,
+        model_index=[
+            CardModel(
+                name=f"{meta.student}-{model}",
+                results=[CardResult(dataset=dataset, metrics=found)],
+            )
+        ],
+        edgekd=CardEdgekd(
+            version=__version__,
+            model=model,  # type: ignore[arg-type]  # resolved above to fp32 or int8
+            e2e=e2e,
+            student=meta.student,
+            student_options=meta.config,
+            labels=meta.id2label,
+            params=metrics.params if metrics else None,
+            teacher_accuracy=report.teacher_accuracy,
+            dev_rows=report.n_dev,
+            dev_rows_sha256=predictions.rows_sha256 if predictions else None,
+            data=hub_data,
+            config_sha256={k: v[0] for k, v in configs.items() if v is not None},
+        ),
+    )
+    body = card_body(card, meta, profile, model_file, runs)
+    return card.model_copy(update={"body": body})
+
+
+def _where(profile: ProfileResult, device: str) -> str:
+    """How a latency was measured, for people (`device`: the name as shown)."""
+    threads = f"{profile.threads} thread{'s' * (profile.threads != 1)}"
+    if profile.threads == 0:
+        threads = "onnxruntime's default threads"
+    tokens = f", {profile.seq_len} tokens" if profile.seq_len is not None else ""
+    # `edgekd profile` warned: the trial medians spread, the machine was busy
+    noisy = ", noisy: trials disagreed" if profile.noisy else ""
+    return f"{device}, {threads}{tokens}{noisy}"
+
+
+def _code(text: str) -> str:
+    """`text` as Markdown inline code it cannot break out of: control characters (line
+    breaks too) escaped as JSON escapes them, and the line separators JSON leaves alone,
+    in a backtick fence longer than any run of backticks inside."""
+    shown = json.dumps(text, ensure_ascii=False)[1:-1] or '""'
+    for sep in "\x85\u2028\u2029":
+        shown = shown.replace(sep, f"\\u{ord(sep):04x}")
+    fence = "`" * (max((len(r) for r in re.findall("`+", shown)), default=0) + 1)
+    pad = " " if "`" in (shown[0], shown[-1]) else ""
+    return f"{fence}{pad}{shown}{pad}{fence}"
+
+
+def card_body(
+    card: ModelCard,
+    meta: StudentMeta,
+    profile: ProfileResult | None,
+    model_file: str,
+    runs: dict[str, int],
+) -> str:
+    """The card's Markdown: what the model is, then how to predict with and without edgekd.
+    Figures come from the card's own metrics, so the two parts never disagree."""
+    k = card.edgekd
+    got = {m.type: m.value for m in card.model_index[0].results[0].metrics}
+    kind = f"{k.model} ONNX" + (f" in one file, `{E2E_MODEL}`" if k.e2e else "")
+    shown = ", ".join(_code(n) for n in k.labels[:MAX_LABELS_SHOWN])
+    more = len(k.labels) - MAX_LABELS_SHOWN
+    # export.json has a teacher accuracy only when the student came from `edgekd distill`
+    # (a `plan` candidate is exported untrained)
+    made = f"An edgekd student exported to {kind}"
+    if k.teacher_accuracy is not None:
+        teacher = f" (`{card.base_model}`)" if card.base_model else ""
+        made = f"Distilled by edgekd from a fine-tuned teacher{teacher}, exported to {kind}"
+    lines = [
+        f"# {_code(k.student)} student, {k.model} ONNX",
+        "",
+        f"A text classifier over {len(k.labels)} labels: {shown}"
+        + (f" and {more:,} more (all in the front matter)." if more > 0 else ".")
+        + f" {made} (edgekd {k.version}).",
+        "",
+    ]
+    others = [f"`{n}`" for n in sorted(set(runs) - {model_file})]
+    beside = ""
+    if others:
+        named = " and ".join([", ".join(others[:-1]), others[-1]] if len(others) > 1 else others)
+        beside = f"; with {named}, {got['bundle_bytes']:,} B"
+    size = f"{k.params:,} parameters; " if k.params is not None else ""
+    facts = [f"- **Size**: {size}`{model_file}` is {got['model_bytes']:,} B{beside}."]
+    acc, teacher_acc = got.get("accuracy"), k.teacher_accuracy
+    if acc is not None:
+        on = f" on {k.dev_rows:,} dev rows" if k.dev_rows else ""
+        against = ""
+        if teacher_acc is not None:
+            against = f"; the teacher's {teacher_acc:.4f}"
+            if teacher_acc > 0:
+                against += f" (this model keeps {acc / teacher_acc:.1%} of it)"
+        facts.append(f"- **Accuracy**{on}: {acc:.4f}{against}.")
+    to_student = (
+        f"the {k.model} ONNX model gave the PyTorch student's label on "
+        f"{got['agreement_with_student']:.1%} of them"
+        if "agreement_with_student" in got
+        else ""
+    )
+    if "agreement" in got:
+        facts.append(
+            f"- **Agreement**: the student gave the teacher's label on {got['agreement']:.1%} "
+            "of the dev rows (PyTorch, before export)" + (f"; {to_student}." if to_student else ".")
+        )
+    elif to_student:
+        facts.append(f"- **Agreement** on the dev rows: {to_student}.")
+    if profile is not None and "latency_p50_ms" in got:
+        p90 = f", p90 {got['latency_p90_ms']:.3g} ms" if "latency_p90_ms" in got else ""
+        where = _where(profile, _code(profile.device))
+        facts.append(f"- **Latency**: p50 {got['latency_p50_ms']:.3g} ms{p90} ({where}).")
+    if k.dev_rows_sha256:
+        facts.append(f"- **Dev rows**: sha256 {_code(k.dev_rows_sha256)} (texts and gold labels).")
+    lines += [
+        *facts,
+        "",
+        f"`{MANIFEST}` holds the sha256 of every file here, this card's too: `edgekd predict` "
+        "refuses the bundle when any of them changed. Edit the card where you publish it, or "
+        "rebuild the bundle with `edgekd bundle`.",
+        "",
+        "## Predict with edgekd",
+        "",
+        "```bash",
+        'edgekd predict BUNDLE "first text" "second text"',
+        "```",
+        "",
+        "`BUNDLE` is this folder or its `.zip`. `--json` prints one JSON object per text; "
+        "`--file texts.txt` reads one text per line"
+        + ("; a sentence pair is one `first<TAB>second` line." if not k.e2e else "."),
+        "",
+        "## Predict without edgekd",
+        "",
+    ]
+    if k.e2e:
+        lines += [
+            "With onnxruntime, numpy and onnxruntime-extensions (`pip install onnxruntime "
+            "onnxruntime-extensions numpy`), from this folder; the tokenizer and the label "
+            "names are inside the model:",
+            "",
+            "```python",
+            E2E_SNIPPET.rstrip("\n"),
+            "```",
+        ]
+    elif meta.config.get("pair") is True:
+        lines += [
+            "This model reads sentence pairs, each side through its own inputs "
+            "(`input_ids_b`); use `edgekd predict`, or feed both sides as "
+            "`edgekd.students.predict.OnnxPredictor` does.",
+        ]
+    else:
+        lines += [
+            "With onnxruntime, numpy and tokenizers only (`pip install onnxruntime numpy "
+            "tokenizers`), from this folder, one text per row (sentence pairs: "
+            "`edgekd predict`):",
+            "",
+            "```python",
+            SNIPPET.rstrip("\n"),
+            "```",
+        ]
+    return "\n".join(lines) + "\n"
 
 
 class Bundle:

@@ -102,7 +102,7 @@ def test_bundle_ships_the_e2e_model_alone_and_predicts_the_same(e2e_export, tmp_
 
     archive = make_bundle(e2e_export, tmp_path / "b", model="e2e")
     manifest = BundleManifest.read(tmp_path / "b")
-    assert manifest.e2e and set(manifest.files) == {E2E_MODEL}
+    assert manifest.e2e and set(manifest.files) == {E2E_MODEL, "README.md"}  # and its card
     assert manifest.model == ExportReport.read(e2e_export).e2e.source
     texts = ["good film", "bad", ""]
     from_zip = Bundle(archive).predict(texts)

@@ -26,7 +26,7 @@ def test_bundle_holds_int8_model_tokenizer_labels_and_sha256_manifest(export_dir
     assert r.exit_code == 0, r.output
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert manifest["model"] == "int8"
-    assert set(manifest["files"]) == {"model.onnx", "tokenizer.json", "student.json"}
+    assert set(manifest["files"]) == {"model.onnx", "tokenizer.json", "student.json", "README.md"}
     assert (tmp_path / "b.zip").is_file()
     report = json.loads((export_dir / "export.json").read_text())
     assert manifest["accuracy"] == report["models"]["int8"]["accuracy"]
@@ -324,3 +324,277 @@ def test_predict_leaves_no_temp_files_when_a_zipped_bundle_fails_verification(
     r = runner.invoke(app, ["predict", str(tampered), "good"])
     refused(r, "does not match its sha256", "edgekd bundle")
     assert not any(temp_dir.iterdir())
+
+
+# ------------------------------------------------------------------ the model card
+# README.md: Hub front matter read back with yaml.safe_load, then Markdown whose
+# no-edgekd snippet is run against the bundle.
+
+
+def card_parts(text: str) -> tuple[dict, str]:
+    """(front matter as yaml.safe_load reads it, the Markdown after it), split where a
+    Hub or front-matter reader splits: at the first `---` line after the opening one."""
+    import yaml
+
+    assert text.startswith("---\n"), text[:40]
+    head, sep, body = text[4:].partition("\n---\n")
+    assert sep, "no closing --- line"
+    return yaml.safe_load(head), body
+
+
+def card_metrics(front: dict) -> dict[str, float]:
+    (entry,) = front["model-index"]
+    (result,) = entry["results"]
+    return {m["type"]: m["value"] for m in result["metrics"]}
+
+
+def copied_chain(tiny_chain: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """The chain's student and export copied, the export naming the copied student."""
+    import shutil
+
+    student = Path(shutil.copytree(tiny_chain / "student", tmp_path / "student"))
+    export = Path(shutil.copytree(tiny_chain / "export", tmp_path / "export"))
+    edit_json(export / "export.json", lambda d: d.update(student=str(student)))
+    return student, export
+
+
+def edit_json(path: Path, change) -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    change(data)
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+
+
+def test_card_front_matter_parses_with_the_labels_accuracy_and_bytes_of_the_manifest(
+    tiny_chain, tiny_teacher, tiny_data
+):
+    from edgekd import __version__
+    from edgekd.artifacts import ModelCard
+
+    text = (tiny_chain / "bundle" / "README.md").read_text(encoding="utf-8")
+    front, body = card_parts(text)
+    manifest = json.loads((tiny_chain / "bundle" / "manifest.json").read_text())
+    distilled = json.loads((tiny_chain / "student" / "metrics.json").read_text())
+    assert front["pipeline_tag"] == "text-classification" and front["library_name"] == "onnx"
+    assert front["edgekd"]["labels"] == manifest["labels"] == ["negative", "positive"]
+    assert front["edgekd"]["version"] == __version__ and front["edgekd"]["model"] == "int8"
+    got = card_metrics(front)
+    assert got["accuracy"] == manifest["accuracy"]
+    assert got["agreement"] == distilled["agreement"]  # the student's, with the teacher
+    assert got["model_bytes"] == manifest["files"]["model.onnx"]["bytes"]
+    runs = [f["bytes"] for name, f in manifest["files"].items() if name != "README.md"]
+    assert got["bundle_bytes"] == sum(runs)
+    assert front["edgekd"]["params"] == distilled["params"]
+    assert front["edgekd"]["dev_rows_sha256"] == manifest["predictions"]["rows_sha256"]
+    # Local teacher and data: named nowhere (no Hub id, and no path of the user's).
+    assert "base_model" not in front and "datasets" not in front
+    assert str(tiny_teacher) not in text and str(tiny_data) not in text
+    # edgekd's own reader and loader read the same card.
+    card = ModelCard.read(tiny_chain / "bundle")
+    assert card.edgekd.labels == front["edgekd"]["labels"] and card.body == body.lstrip("\n")
+    assert body.startswith("\n# `bilstm` student, int8 ONNX\n")
+    assert f"0.3750; the teacher's {distilled['teacher_accuracy']:.4f}" in body
+
+
+CRAFTED = [
+    "a: b",
+    "say \"hi\" and 'bye'",
+    "x\n---\ny",
+    "---",
+    "...",
+    "line\r\nbreak\u2028sep",
+    "日本語のラベル",
+    "1e3",
+    "no",
+    "# not a comment",
+    "`code` | <b>html</b>",
+    "",
+]
+
+
+def test_card_front_matter_holds_crafted_label_names_when_they_hold_yaml_syntax(
+    tiny_chain, tmp_path
+):
+    from edgekd.artifacts import ModelCard
+    from edgekd.config import parse_yaml
+    from edgekd.stages.bundle import make_bundle
+
+    _, export = copied_chain(tiny_chain, tmp_path)
+    edit_json(export / "student.json", lambda d: d.update(id2label=CRAFTED, student="s\n---"))
+    make_bundle(export, tmp_path / "b")
+    text = (tmp_path / "b" / "README.md").read_text(encoding="utf-8")
+    front, body = card_parts(text)
+    assert front["edgekd"]["labels"] == CRAFTED  # all of them, none read as a number or bool
+    assert front["edgekd"]["student"] == "s\n---"
+    assert text.splitlines().count("---") == 2  # the front matter's own two lines only
+    assert body.startswith("\n# ")
+    head = text[4:].partition("\n---\n")[0]
+    assert parse_yaml(head)["edgekd"]["labels"] == CRAFTED  # YAML 1.2 floats: "1e3" stays text
+    assert ModelCard.read(tmp_path / "b").edgekd.labels == CRAFTED
+    # The Markdown lists them on one line, each in code it cannot close.
+    (listed,) = [line for line in body.splitlines() if line.startswith("A text classifier")]
+    assert "`` `code` | <b>html</b> ``" in listed and "\\n---\\n" in listed
+
+
+def test_card_is_in_the_manifest_and_refused_by_predict_when_edited(tiny_chain, tmp_path):
+    import hashlib
+    import shutil
+
+    manifest = json.loads((tiny_chain / "bundle" / "manifest.json").read_text())
+    card = (tiny_chain / "bundle" / "README.md").read_bytes()
+    assert manifest["files"]["README.md"] == {
+        "sha256": hashlib.sha256(card).hexdigest(),
+        "bytes": len(card),
+    }
+    bundle = Path(shutil.copytree(tiny_chain / "bundle", tmp_path / "b"))
+    (bundle / "README.md").write_bytes(card.replace(b"library_name: onnx", b"library_name: x"))
+    r = runner.invoke(app, ["predict", str(bundle), "good"])
+    refused(r, "README.md does not match its sha256", "edgekd bundle")
+    (bundle / "README.md").unlink()
+    r = runner.invoke(app, ["predict", str(bundle), "good"])
+    refused(r, "README.md is missing", "edgekd bundle")
+
+
+def test_bundle_zip_holds_the_card_of_the_folder(tiny_chain):
+    import zipfile
+
+    with zipfile.ZipFile(tiny_chain / "bundle.zip") as z:
+        assert "README.md" in z.namelist()
+        assert z.read("README.md") == (tiny_chain / "bundle" / "README.md").read_bytes()
+
+
+SNIPPET_IMPORTS = {"json", "numpy", "onnxruntime", "tokenizers", "onnxruntime_extensions"}
+TEXTS = ["the movie was good", "", "awful plot " * 40, "日本語 good 字", "xyzzy!?", "DULL film"]
+
+
+def run_card_snippet(bundle: Path, texts: list[str], monkeypatch, capsys) -> list:
+    """The card's ```python block, checked to import nothing but the runtime libraries,
+    run from inside `bundle` as the card says; its `predict(texts)`."""
+    import ast
+    import re
+
+    text = (bundle / "README.md").read_text(encoding="utf-8")
+    (code,) = re.findall(r"^```python\n(.*?)^```$", text, re.S | re.M)
+    imported = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+    assert imported <= SNIPPET_IMPORTS, imported  # no edgekd, torch or transformers
+    monkeypatch.chdir(bundle)
+    namespace: dict = {}
+    capsys.readouterr()
+    exec(compile(code, str(bundle / "README.md"), "exec"), namespace)
+    assert capsys.readouterr().out.startswith("[(")  # its own example printed a prediction
+    return namespace["predict"](texts)
+
+
+def test_card_snippet_predicts_the_labels_of_bundle_without_edgekd(
+    tiny_chain, tmp_path, monkeypatch, capsys
+):
+    import shutil
+
+    from edgekd.stages.bundle import Bundle
+
+    bundle = Path(shutil.copytree(tiny_chain / "bundle", tmp_path / "b"))
+    got = run_card_snippet(bundle, TEXTS, monkeypatch, capsys)
+    want = Bundle(bundle).predict(TEXTS)
+    assert [label for label, _ in got] == [w["label"] for w in want]
+    for (_, probs), w in zip(got, want, strict=True):
+        assert probs == pytest.approx(w["probabilities"], abs=1e-5)
+
+
+def test_card_names_the_hub_teacher_and_dataset_when_distilled_from_the_hub(
+    tiny_chain, tmp_path, monkeypatch
+):
+    from edgekd.stages.bundle import make_bundle
+
+    monkeypatch.chdir(tmp_path)  # no folder here is named like the ids
+    student, export = copied_chain(tiny_chain, tmp_path)
+    edit_json(student / "metrics.json", lambda d: d.update(teacher="acme/bert-sst2"))
+    config = (student / "config.yaml").read_text()
+    spec = next(line for line in config.splitlines() if line.startswith("  spec: "))
+    (student / "config.yaml").write_text(config.replace(spec, "  spec: glue/sst2"))
+    make_bundle(export, tmp_path / "b")
+    text = (tmp_path / "b" / "README.md").read_text(encoding="utf-8")
+    front, body = card_parts(text)
+    assert front["base_model"] == "acme/bert-sst2" and front["datasets"] == ["glue/sst2"]
+    assert front["model-index"][0]["results"][0]["dataset"]["type"] == "glue/sst2"
+    assert "from a fine-tuned teacher (`acme/bert-sst2`)" in body
+
+
+def test_card_leaves_out_what_distill_recorded_when_the_student_changed_since_export(
+    tiny_chain, tmp_path
+):
+    from edgekd.stages.bundle import make_bundle
+
+    student, export = copied_chain(tiny_chain, tmp_path)
+    # Re-distilled into the same folder after the export: its metrics are another run's.
+    edit_json(student / "metrics.json", lambda d: d.update(student_accuracy=0.123))
+    make_bundle(export, tmp_path / "b")
+    front, body = card_parts((tmp_path / "b" / "README.md").read_text(encoding="utf-8"))
+    got = card_metrics(front)
+    assert "agreement" not in got and "params" not in front["edgekd"]
+    assert front["model-index"][0]["results"][0]["dataset"]["type"] == "unknown"
+    assert "distill" not in front["edgekd"]["config_sha256"]
+    # What the export itself measured stays.
+    assert (
+        got["accuracy"]
+        == json.loads((export / "export.json").read_text())["models"]["int8"]["accuracy"]
+    )
+    assert "teacher's label" not in body
+
+
+@pytest.mark.slow  # exports the one-file model (~5 s)
+def test_card_of_an_e2e_bundle_runs_its_one_file_snippet_as_bundle_predicts(
+    tiny_chain, tmp_path, monkeypatch, capsys
+):
+    from edgekd.config import ExportConfig
+    from edgekd.stages.bundle import Bundle, make_bundle
+    from edgekd.stages.export import export as run_export
+
+    run_export(ExportConfig(e2e=True, guard=False), tiny_chain / "student", tmp_path / "e")
+    make_bundle(tmp_path / "e", tmp_path / "b", model="e2e")
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert set(manifest["files"]) == {"model.e2e.onnx", "README.md"}
+    front, _ = card_parts((tmp_path / "b" / "README.md").read_text(encoding="utf-8"))
+    assert front["edgekd"]["e2e"] is True
+    assert card_metrics(front)["model_bytes"] == manifest["files"]["model.e2e.onnx"]["bytes"]
+    texts = [t for t in TEXTS if t]  # the graph's BasicTokenizer; one row a call
+    got = run_card_snippet(tmp_path / "b", texts, monkeypatch, capsys)
+    assert [label for label, _ in got] == [
+        w["label"] for w in Bundle(tmp_path / "b").predict(texts)
+    ]
+
+
+@pytest.mark.slow  # builds and exports a BERT student (~15 s)
+def test_card_snippet_predicts_the_labels_of_bundle_when_the_student_adds_special_tokens(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch, capsys
+):
+    import torch
+
+    from edgekd.config import DataConfig, ExportConfig
+    from edgekd.data import load_task
+    from edgekd.distill.teacher import load_teacher
+    from edgekd.stages.bundle import Bundle, make_bundle
+    from edgekd.stages.export import export as run_export
+    from edgekd.students.base import save_student
+    from edgekd.students.bert import BertStudent
+
+    # [CLS]/[SEP], token type ids, and truncation at 12 tokens by the tokenizer itself:
+    # what the BiLSTM's snippet run above never meets. Untrained: only fixed weights matter.
+    torch.manual_seed(0)
+    data = DataConfig(spec=str(tiny_data))
+    texts = load_task(data).train.texts
+    options = {"layers": 1, "max_length": 12}
+    model, tok = BertStudent.prepare(options, texts, 2, *load_teacher(str(tiny_teacher)))
+    (tmp_path / "s").mkdir()
+    save_student(tmp_path / "s", model.eval(), tok, ["negative", "positive"])
+    run_export(ExportConfig(guard=False), tmp_path / "s", tmp_path / "e", data)
+    make_bundle(tmp_path / "e", tmp_path / "b")
+    assert json.loads((tmp_path / "b" / "student.json").read_text())["add_special_tokens"]
+    got = run_card_snippet(tmp_path / "b", TEXTS, monkeypatch, capsys)
+    want = Bundle(tmp_path / "b").predict(TEXTS)
+    assert [label for label, _ in got] == [w["label"] for w in want]
+    for (_, probs), w in zip(got, want, strict=True):
+        assert probs == pytest.approx(w["probabilities"], abs=1e-5)
