@@ -20,6 +20,7 @@ import resource
 import statistics
 import sys
 import time
+from typing import Any
 
 
 def cpu_model() -> str:
@@ -78,7 +79,7 @@ def synthetic_feed(session, seq_len: int, vocab_size: int, seed: int) -> dict:
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    feed = {}
+    feed: dict[str, np.ndarray] = {}
     for inp in session.get_inputs():
         shape = [1 if i == 0 else seq_len for i in range(len(inp.shape))] or [1]
         for i, dim in enumerate(inp.shape):  # keep fixed dims of a fixed-shape graph
@@ -120,7 +121,8 @@ def trial_stats(trials: list[list[float]]) -> dict:
     """
     per = [summarize(t) for t in trials]
     pooled = sorted(ms for t in trials for ms in t)
-    out = summarize(pooled)
+    # Not floats only: the trial count, the per-trial p50s and the noisy flag join them.
+    out: dict[str, Any] = summarize(pooled)
     for key in ("p50_ms", "p90_ms", "p99_ms"):
         out[key] = statistics.median(p[key] for p in per)
     medians = [p["p50_ms"] for p in per]
@@ -170,7 +172,8 @@ def alternate(fa, fb, runs: int, warmup: int, trials: int, seed: int) -> dict:
     for _ in range(warmup):
         fa()
         fb()
-    ta, tb = [], []
+    ta: list[list[float]] = []
+    tb: list[list[float]] = []
     for i in range(trials):
         order = ((ta, fa), (tb, fb)) if i % 2 == 0 else ((tb, fb), (ta, fa))
         for sink, fn in order:
@@ -300,7 +303,7 @@ def exit_sweep(
         calls.append(one)
         out.append({"threshold": threshold, "mean_exit_layer": statistics.fmean(layers)})
     per_trial = max(1, runs // trials)
-    timed = [[] for _ in thresholds]
+    timed: list[list[list[float]]] = [[] for _ in thresholds]  # threshold → trial → ms
     for one in calls:
         for _ in range(warmup):
             one()

@@ -10,7 +10,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -21,7 +21,8 @@ from typer.core import TyperGroup
 try:  # recent typer carries its own copy of click; older releases use click itself
     from typer._click.exceptions import ClickException
 except ImportError:  # pragma: no cover
-    from click.exceptions import ClickException
+    # The same class under its older home; mypy sees two unrelated classes.
+    from click.exceptions import ClickException  # type: ignore[assignment]
 
 from edgekd import __version__
 from edgekd.artifacts import ProfileSweep
@@ -54,12 +55,22 @@ class OneLineErrors(TyperGroup):
     """Usage errors (an unknown option, a value out of range) as one line on stderr,
     exit 2, like every other bad input; typer would draw a multi-line box."""
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
-
+    # click's signature: `standalone_mode` passed by position lands here too.
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        # Every argument as given but standalone_mode: click's own exit handling stays off.
+        expand = windows_expand_args
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, prog_name, complete_var, False, expand, **extra)
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            code = super().main(args, prog_name, complete_var, False, expand, **extra)
         except ClickException as e:
             if type(e).__name__ == "NoArgsIsHelpError":  # bare `edgekd`: the help page
                 e.show()
@@ -470,8 +481,8 @@ def distill(
         names = [m.strip() for m in augment.split(",") if m.strip() not in ("", "none")]
         raw = apply_sets(raw, {"augment.methods": [listed.get(n, n) for n in names]})
     if generator is not None:
-        listed = [component_name(m) for m in (raw.get("augment") or {}).get("methods") or []]
-        if "mate" not in listed:
+        methods = [component_name(m) for m in (raw.get("augment") or {}).get("methods") or []]
+        if "mate" not in methods:
             raise EdgeKDError("--generator is MATE-KD's: add mate to --augment (--augment mate)")
         raw = apply_sets(raw, {"augment.methods.mate.options.generator": generator})
     raw = apply_sets(raw, sets, DistillConfig)

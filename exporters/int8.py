@@ -146,9 +146,3 @@ def _op_types(path: Path) -> set[str]:
     import onnx
 
     return {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node}
-
-
-def _op_types(path: Path) -> set[str]:
-    import onnx
-
-    return {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node}

@@ -171,7 +171,7 @@ def make_mobile(
     from edgekd.exporters.mobile import fixed_shape, to_ort, usability
 
     out: dict[str, Any] = {}
-    variants = [(model, None)]
+    variants: list[tuple[Path, tuple[int, int] | None]] = [(model, None)]  # None: dynamic shape
     if cfg.fixed_shape:
         batch, seq = (int(x) for x in cfg.fixed_shape.split("x"))
         fixed = model.with_name(f"{model.stem}.fixed.onnx")

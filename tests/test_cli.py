@@ -28,6 +28,16 @@ def test_help_imports_no_heavy_framework():
     assert out.stdout.strip() == "[]"
 
 
+def test_cli_main_takes_click_arguments_by_position(capsys):
+    """`main(args, prog_name, complete_var, standalone_mode)` by position, as click
+    allows: the one-line-errors override once took `*args` and passed
+    `standalone_mode=False` on top, so a positional one reached click twice (TypeError)."""
+    from typer.main import get_command
+
+    assert get_command(app).main(["--version"], "edgekd", None, False) == 0
+    assert capsys.readouterr().out.startswith("edgekd ")
+
+
 def test_cli_chain_teacher_distill_export_profile_check(tmp_path: Path, tiny_data: Path):
     from conftest import build_tiny_bert
 

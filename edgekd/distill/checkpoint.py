@@ -17,7 +17,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -156,6 +156,9 @@ def save(
     for name, gen in (torch_generators or {}).items():
         tensors[f"rng.{name}"] = gen.get_state()
     py_state = random.getstate()
+    # numpy's global RandomState is MT19937 (edgekd never swaps its bit generator), so
+    # its legacy state is the 5-tuple `load` unpacks, not the dict other generators give.
+    np_state = cast(tuple[Any, ...], np.random.get_state())
     meta = {
         **match,
         "epoch": done.epoch,
@@ -167,7 +170,7 @@ def save(
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "rng": {
             "python": [py_state[0], list(py_state[1]), py_state[2]],
-            "numpy": _jsonable(np.random.get_state()),
+            "numpy": _jsonable(np_state),
             **{name: g.bit_generator.state for name, g in generators.items()},
         },
     }

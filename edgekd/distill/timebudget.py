@@ -22,7 +22,7 @@ import copy
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -64,7 +64,7 @@ def probe_train_rate(
     cfg: DistillConfig,
     model: Student,
     tok: StudentTokenizer,
-    texts: list[Any],
+    texts: Sequence[Any],
     num_labels: int,
     seconds: float = PROBE_S,
 ) -> float:
@@ -97,7 +97,7 @@ def _probe(
     cfg: DistillConfig,
     model: Student,
     tok: StudentTokenizer,
-    texts: list[Any],
+    texts: Sequence[Any],
     num_labels: int,
     seconds: float,
 ) -> float:

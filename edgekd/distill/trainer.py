@@ -18,7 +18,7 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
@@ -128,8 +128,10 @@ def train_student(
     # Packed (4 B per token): the transfer set's ids stay small at any augmentation.
     train_ids = tok.packed_ids(train.texts)
     train_lengths = train_ids.lengths()
-    dev_ids = tok.packed_ids(dev.texts)
-    select_ids = tok.packed_ids(select.texts)
+    # Read only by predict_logits, whose `ids: list` is narrower than its use: it takes
+    # their len and rows by index, which PackedRows gives.
+    dev_ids = cast(list[Any], tok.packed_ids(dev.texts))
+    select_ids = cast(list[Any], tok.packed_ids(select.texts))
     labels = torch.tensor(train.labels)
     soft = torch.from_numpy(train_logits)
     layer_loss, mixkd, selector = extras.layer_loss, extras.mixkd, extras.selector
@@ -171,8 +173,13 @@ def train_student(
     # The dataset is the epoch's list of batches, refilled in place before each epoch
     # (its length never changes); accelerate shards it across processes.
     batches = epoch_batches(1)
-    loader = torch.utils.data.DataLoader(
-        batches, batch_size=1, shuffle=False, collate_fn=lambda b: collate(b[0])
+    # A map-style dataset is anything with len and index (torch's docs), but torch's
+    # annotation asks for a `Dataset` subclass, which a list is not.
+    loader: torch.utils.data.DataLoader[list[int]] = torch.utils.data.DataLoader(
+        batches,  # type: ignore[arg-type]
+        batch_size=1,
+        shuffle=False,
+        collate_fn=lambda b: collate(b[0]),
     )
     from edgekd.threads import exact_layer_norms, exact_softmax
 

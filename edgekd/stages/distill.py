@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -24,7 +26,7 @@ from edgekd.config import (
     teacher_positions,
     validate,
 )
-from edgekd.data import Split, align_labels, carve_selection, load_task
+from edgekd.data import Split, Text, align_labels, carve_selection, load_task
 from edgekd.distill import checkpoint as ckpt
 from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
 from edgekd.distill.labeling import AugmentedPlan, augmented_texts, teacher_labels
@@ -198,7 +200,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
 
     t = time.perf_counter()
     # The selection rows are labelled too: the teacher's agreement there is reported.
-    splits = {"train": train.texts, "dev": task.dev.texts}
+    splits: dict[str, Sequence[Any]] = {"train": train.texts, "dev": task.dev.texts}
     if len(select):
         splits["selection"] = select.texts
     if extra:
@@ -233,8 +235,10 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         )
         cfg = planned_config(cfg, time_plan)
         console.print(describe(time_plan))
-    # Augmented rows carry soft logits only: their gold label is NO_LABEL.
-    transfer = Split(train.texts + extra, train.labels + [NO_LABEL] * len(extra))
+    # Augmented rows carry soft logits only: their gold label is NO_LABEL. The texts are a
+    # Chained, not a list (augmented rows stay memory-mapped): the training loop reads a
+    # split's texts by len, index, slice and iteration only, all of which it gives.
+    transfer = Split(cast(list[Text], train.texts + extra), train.labels + [NO_LABEL] * len(extra))
     train_logits = np.concatenate([logits["train"], logits.get("augmented", logits["train"][:0])])
 
     t = time.perf_counter()

@@ -287,10 +287,10 @@ def class_scores(pred: np.ndarray, gold: np.ndarray) -> dict[str, float]:
 
 
 def score(
-    predictor: Predictor, texts: list[str], labels: list[int], reference: np.ndarray | None = None
+    predictor: Predictor, texts: list[Any], labels: list[int], reference: np.ndarray | None = None
 ) -> dict[str, Any]:
-    """Accuracy, MCC and macro F1 on gold `labels`, and agreement with `reference`
-    predictions if given."""
+    """Accuracy, MCC and macro F1 of `texts` (or sentence pairs) on gold `labels`, and
+    agreement with `reference` predictions if given."""
     pred = predictor.logits(texts).argmax(1)
     result: dict[str, Any] = {
         "accuracy": float((pred == np.array(labels)).mean()),

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from torch import nn
 
 from edgekd.errors import EdgeKDError
 from edgekd.students.base import load_student, save_student
@@ -59,7 +61,9 @@ def trim_student(
         raise EdgeKDError(f"student {model.name!r} cannot be trimmed (no 'trim' capability)")
     keep = kept_ids(tok, token_counts(tok, texts), min_freq, keep_top)
     new_tok = remap_tokenizer(tok, keep)
-    table = model.embedding.weight.detach()
+    # A student with the "trim" capability keeps its token table as an nn.Embedding
+    # (`TableStudent.embedding`); `Student` itself declares no table.
+    table = cast(nn.Embedding, model.embedding).weight.detach()
     trimmed = model.trimmed(keep)
     report = {
         "vocab_before": model.vocab_size,
