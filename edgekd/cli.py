@@ -108,7 +108,8 @@ def main(
     debug: bool = typer.Option(
         False,
         "--debug",
-        help="On an internal error, print its traceback (also EDGEKD_DEBUG=1).",
+        help="On an internal error, print its traceback; show the dependencies' warnings "
+        "edgekd hides (also EDGEKD_DEBUG=1).",
         show_default="off",
     ),
     version: bool = typer.Option(
@@ -121,7 +122,17 @@ def main(
     ),
 ) -> None:
     """Distil a text classifier into an edge model, export it, profile it, check budgets."""
+    from edgekd.progress import progress_style, quiet_dependencies
+
     DEBUG["on"] = debug
+    # Warnings a dependency raises about its own API (transformers' `torch_dtype`) say
+    # nothing a user can act on; --debug shows them for a bug report.
+    quiet_dependencies(not (debug or os.environ.get("EDGEKD_DEBUG")))
+    try:
+        progress_style()  # a bad EDGEKD_PROGRESS fails now, not at the first progress bar
+    except EdgeKDError as e:
+        typer.echo(f"error: {printable(str(e))}", err=True)
+        raise typer.Exit(e.exit_code) from None
 
 
 def user_errors(fn: F) -> F:
