@@ -50,6 +50,21 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def processes_here() -> int:
+    """Processes of this run on this machine: torchrun's LOCAL_WORLD_SIZE (which
+    `accelerate launch` sets), 1 alone. They share `available_cores()`."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:  # set by something else, to something else: count this one only
+        return 1
+
+
+def core_share() -> int:
+    """This process's share of the cores (all of them alone). torchrun gives each
+    process OMP_NUM_THREADS=1 whatever the machine, which would label on 1 of 16 cores."""
+    return max(1, available_cores() // processes_here())
+
+
 def strict_blas() -> bool | None:
     """Whether torch's MKL runs in strict reproducibility mode: None where torch has no
     MKL to ask (its BLAS is then not known to be thread-count exact)."""
@@ -115,6 +130,23 @@ def one_thread() -> Iterator[None]:
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextmanager
+def torch_threads(count: int | None) -> Iterator[None]:
+    """Within: torch computes on `count` threads (None: on as many as before). For a
+    process's `core_share` while processes of one run label side by side."""
+    import torch
+
+    if count is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
     try:
         yield
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from edgekd.config import DistillConfig
 from edgekd.io import atomic_dir
 from edgekd.progress import console
 from edgekd.students.predict import OnnxPredictor
-from edgekd.threads import available_cores
+from edgekd.threads import core_share
 
 
 def export_teacher(name_or_path: str, out_dir: str | Path, opset: int | None = None) -> Path:
@@ -91,7 +92,8 @@ def export_pooled(model: Any, tokenizer: Any, path: Path, opset: int) -> float:
 class OnnxLabelers:
     """The teacher as fp32 and dynamic int8 ONNX, exported once per teacher (by its
     fingerprint, beside the logit cache) on first use: a run whose logits are all
-    cached exports nothing. Each runs one single-thread session per available core."""
+    cached exports nothing. Each runs one single-thread session per core of this
+    process's share (`core_share`: all of them, unless processes share the machine)."""
 
     def __init__(self, cfg: DistillConfig, name: str, fingerprint: str) -> None:
         from edgekd.distill.labeling import cache_root
@@ -116,9 +118,16 @@ class OnnxLabelers:
                 self.folder / MODEL_FILES[kind],
                 batch_size=self.cfg.teacher_batch_size,
                 max_length=self.cfg.teacher_max_length,
-                workers=available_cores(),
+                workers=core_share(),
             )
         return self.predictors[kind]
+
+    def ready(self, kinds: Sequence[str]) -> None:
+        """Export (where not on disk yet) and load each of `kinds` ("fp32", "int8") now,
+        not at first use: under `accelerate launch` the main process does this before
+        the others may load the files it writes."""
+        for kind in kinds:
+            self.predictor(kind)
 
     def fp32(self, texts: list[Any], what: str) -> np.ndarray:
         return self.predictor("fp32").logits(texts, what)

@@ -98,26 +98,48 @@ def cached_logits(
     where given, `rows` rows of `width` labels; anything else (a truncated file, an
     older edgekd's dtype, logits of another shape) is a miss, said in one note, and is
     overwritten: it is only a cache, and a rerun must never fail on it."""
-    from safetensors.numpy import load_file, save_file
+    logits = load_logits(cache_dir, key, rows=rows, width=width)
+    if logits is not None:
+        return logits, True
+    return store_logits(cache_dir, key, compute()), False
+
+
+def load_logits(
+    cache_dir: Path, key: str, *, rows: int | None = None, width: int | None = None
+) -> np.ndarray | None:
+    """The logits stored under `key`, or None: not there, or not usable (`cached_logits`
+    says which in one note)."""
+    from safetensors.numpy import load_file
 
     path = cache_dir / f"{key}.safetensors"
-    if path.is_file():
-        try:
-            logits = load_file(str(path))["logits"]
-            problem = entry_problem(logits, rows, width)
-        except Exception:  # truncated by a crash, or damaged: it is only a cache
-            problem = "are unreadable"
-        if problem is None:
-            return logits, True
-        from edgekd.progress import console, shown
+    if not path.is_file():
+        return None
+    try:
+        logits = load_file(str(path))["logits"]
+        problem = entry_problem(logits, rows, width)
+    except Exception:  # truncated by a crash, or damaged: it is only a cache
+        problem = "are unreadable"
+    if problem is None:
+        return logits
+    from edgekd.progress import console, shown
 
-        console.print(f"note: cached teacher logits {shown(path.name)} {problem}; recomputing")
-    logits = np.ascontiguousarray(compute(), dtype=np.float32)
+    console.print(f"note: cached teacher logits {shown(path.name)} {problem}; recomputing")
+    return None
+
+
+def store_logits(cache_dir: Path, key: str, logits: np.ndarray) -> np.ndarray:
+    """Write `logits` under `key` (as float32) and return what was written. Atomic: a
+    temporary file of this process's own, renamed over the entry, so a reader never
+    sees half a file and two writers of one key leave one whole entry."""
+    from safetensors.numpy import save_file
+
+    logits = np.ascontiguousarray(logits, dtype=np.float32)
+    path = cache_dir / f"{key}.safetensors"
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp-{os.getpid()}")
     save_file({"logits": logits}, str(tmp))
     os.replace(tmp, path)
-    return logits, False
+    return logits
 
 
 def entry_problem(logits: np.ndarray, rows: int | None, width: int | None) -> str | None:

@@ -16,6 +16,12 @@ runtime) and cached (see `cache.py`). Runtimes (`teacher_runtime`):
 Dev rows are always labelled in fp32 (PyTorch, or ONNX when the run uses ONNX):
 they are the reference the student is judged against. Texts are labelled once each
 (duplicates share a row) in length-sorted batches.
+
+Under `accelerate launch --num_processes N` (a `LabelGroup`), the processes share the
+work: each labels every N-th row of each split or augmented chunk the cache lacks, and
+every process reassembles the same logits from the gathered shares. The main process
+alone reads and writes the cache, calibrates, and exports the ONNX teacher before the
+others load it; its clock alone decides how many augmented chunks fit.
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ import os
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -39,6 +46,8 @@ from edgekd.distill.cache import (
     default_cache_root,
     has_cached,
     hash_texts,
+    load_logits,
+    store_logits,
     teacher_fingerprint,
 )
 from edgekd.distill.transfer import Chained, TextColumn, permute, write_column
@@ -64,6 +73,10 @@ class OnnxTeacher(Protocol):
     def fp32(self, texts: list[Any], what: str) -> np.ndarray: ...
 
     def int8(self, texts: list[Any], what: str) -> np.ndarray: ...
+
+    def ready(self, kinds: Sequence[str]) -> None:
+        """Export (if not on disk yet) and load each of `kinds` ("fp32", "int8") now."""
+        ...
 
 
 # (config, teacher name, teacher fingerprint) → its ONNX labelers, exported on first use
@@ -225,17 +238,153 @@ def hybrid_labeler(onnx: OnnxTeacher, margin: float) -> Labeler:
 
 class Meter:
     """Rows the teacher labelled in this run (cache hits excluded) and the seconds
-    they took: the labelling rate a time budget plans with."""
+    they took: the labelling rate a time budget plans with. In a `LabelGroup`, `rows`
+    counts every process's rows and `seconds` the wall time until all were gathered
+    (the group's rate), `mine` this process's share of them."""
 
     def __init__(self) -> None:
-        self.rows, self.seconds = 0, 0.0
+        self.rows, self.seconds, self.mine = 0, 0.0, 0
 
-    def add(self, rows: int, seconds: float) -> None:
+    def add(self, rows: int, seconds: float, mine: int | None = None) -> None:
         self.rows, self.seconds = self.rows + rows, self.seconds + seconds
+        self.mine += rows if mine is None else mine
 
     def rate(self) -> float | None:
         """Rows per second, or None before any row was labelled."""
         return self.rows / self.seconds if self.rows and self.seconds > 0 else None
+
+
+T = TypeVar("T")
+
+
+def _itself(value: Any) -> Any:
+    return value
+
+
+def _listed(value: Any) -> list[Any]:
+    return [value]
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class LabelGroup:
+    """The processes that label one transfer set together (`accelerate launch`), as the
+    collective operations labelling needs. `ALONE` is one process: it takes the
+    one-process path, where no collective is ever called. Injected (`process_group`
+    builds it from accelerate), so a test runs a group as threads of one process."""
+
+    rank: int = 0
+    size: int = 1
+    # The main process's value, on every process (the others pass None).
+    broadcast: Callable[[Any], Any] = _itself
+    # Every process's value, in rank order, on every process.
+    gather: Callable[[Any], list[Any]] = _listed
+    barrier: Callable[[], None] = _nothing
+    local_main: bool = True  # the first process on its machine
+    # Processes on other machines, whose cache dir may be their own (not the main's).
+    apart: bool = False
+    threads: int | None = None  # torch threads while labelling (None: leave them)
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def decided(self, choose: Callable[[], T]) -> T:
+        """`choose()`, run on the main process only; its result on every process. For
+        what the cache holds and what the clock affords: another process's cache and
+        clock are not the main's, and processes that chose apart would label, and
+        train on, different rows."""
+        return self.broadcast(choose() if self.main else None)
+
+
+ALONE = LabelGroup()
+
+
+def process_group(state: Any) -> LabelGroup:
+    """The processes `accelerate launch` started, from accelerate's `PartialState`;
+    `ALONE` when there is one."""
+    if state.num_processes == 1:
+        return ALONE
+    import torch.distributed as dist
+    from accelerate.utils import broadcast_object_list
+
+    from edgekd.threads import core_share, processes_here
+
+    def gather(value: Any) -> list[Any]:
+        out: list[Any] = [None] * state.num_processes
+        dist.all_gather_object(out, value)  # pickled in memory, between our own processes
+        return out
+
+    def broadcast(value: Any) -> Any:
+        return broadcast_object_list([value], from_process=0)[0]
+
+    return LabelGroup(
+        rank=state.process_index,
+        size=state.num_processes,
+        broadcast=broadcast,
+        gather=gather,
+        barrier=state.wait_for_everyone,
+        local_main=state.is_local_main_process,
+        apart=processes_here() < state.num_processes,
+        threads=core_share(),
+    )
+
+
+def share(n: int, rank: int, size: int) -> slice:
+    """The rows of `n` that process `rank` of `size` labels: every `size`-th, from
+    `rank`. Round robin, not blocks: each share then draws from the whole split, so
+    shares take alike times even where a file keeps its short rows together (a block
+    of them would finish first and wait). A share may be empty (`n` < `size`)."""
+    return slice(rank, n, size)
+
+
+def reassemble(parts: Sequence[np.ndarray], width: int) -> np.ndarray:
+    """Logits in row order from each process's share (`share`), parts in rank order."""
+    n = sum(len(p) for p in parts)
+    out = np.empty((n, width), np.float32)
+    for rank, part in enumerate(parts):
+        rows = out[share(n, rank, len(parts))]
+        if rows.shape != part.shape:
+            raise ValueError(f"process {rank} sent {part.shape} logits for {rows.shape} rows")
+        rows[...] = part
+    return out
+
+
+def group_logits(
+    group: LabelGroup,
+    cache: Path,
+    key: str,
+    texts: Callable[[], list[Any]],
+    n: int,
+    labeler: Labeler,
+    what: str,
+    width: int,
+    meter: Meter,
+) -> tuple[np.ndarray, bool]:
+    """`cached_logits` for a group: the `n` rows of `texts()` under `key` (the main's;
+    the others pass ""). The main reads its cache and sends a usable entry to every
+    process, so the others never read a cache dir, which on another machine may not
+    hold it. Else each labels its `share`, every process reassembles the same logits
+    from the gathered shares (logits only, never texts), and the main alone stores them:
+    on one machine the cache dir is shared, and one writer cannot collide."""
+    cached = group.decided(lambda: load_logits(cache, key, rows=n, width=width))
+    if cached is not None:
+        return cached, True
+    started = time.perf_counter()
+    mine = texts()[share(n, group.rank, group.size)]
+    part = (
+        np.ascontiguousarray(labeler(mine, f"{what}, process {group.rank + 1}"), np.float32)
+        if mine
+        else np.zeros((0, width), np.float32)
+    )
+    logits = reassemble(group.gather(part), width)
+    meter.add(n, time.perf_counter() - started, mine=len(mine))
+    if group.main:
+        store_logits(cache, key, logits)
+    return logits, False
 
 
 def label_splits(
@@ -246,18 +395,32 @@ def label_splits(
     width: int,
     plan: AugmentedPlan | None = None,
     meter: Meter | None = None,
+    group: LabelGroup = ALONE,
 ) -> tuple[dict[str, np.ndarray], dict[str, bool]]:
     """Logits per named split, each from the cache when its key matches. `labelers`:
     split → (labeler, runtime name in the cache key). The augmented split goes in
-    chunks (`label_chunks`, under `plan`); `width` is the number of labels."""
+    chunks (`label_chunks`, under `plan`); `width` is the number of labels. In a
+    `group`, every uncached split or chunk is shared between its processes."""
     out, hits = {}, {}
     meter = meter or Meter()
     for split, texts in splits.items():
         labeler, runtime = labelers[split]
         if split == "augmented":
             out[split], hits[split] = label_chunks(
-                cfg, fingerprint, texts, labeler, runtime, width, plan or AugmentedPlan(), meter
-            )
+                cfg, fingerprint, texts, labeler, runtime, width, plan or AugmentedPlan(), meter,
+                group,
+            )  # fmt: skip
+            continue
+        if group.size > 1:
+            key = split_key(cfg, fingerprint, split, texts, runtime) if group.main else ""
+
+            def rows(texts: Sequence[Any] = texts) -> list[Any]:
+                return list(texts)
+
+            out[split], hits[split] = group_logits(
+                group, cache_dir(cfg), key, rows, len(texts), labeler,
+                f"teacher logits ({split})", width, meter,
+            )  # fmt: skip
             continue
         started = time.perf_counter()
 
@@ -308,25 +471,42 @@ def label_chunks(
     width: int,
     plan: AugmentedPlan,
     meter: Meter,
+    group: LabelGroup = ALONE,
 ) -> tuple[np.ndarray, bool]:
     """Logits of a prefix of `texts`: chunk by chunk, each cached on its own (an
-    interrupted run keeps its finished chunks), stopping where `plan` says."""
+    interrupted run keeps its finished chunks), stopping where `plan` says. In a
+    `group`, the main process's `plan` decides each chunk for every process (its
+    meter holds the group's rate), and the processes share each chunk's rows."""
     parts, all_hit = [np.zeros((0, width), np.float32)], True
     for a, b in augmented_chunks(texts, plan.limit):
-        key = split_key(cfg, fingerprint, "augmented", texts[a:b], runtime)
-        rate = meter.rate()
-        cached = has_cached(cache_dir(cfg), key)
-        cost = 0.0 if cached or rate is None else (b - a) / rate
-        if plan.room is not None and not plan.room(b, cost):
+        key = split_key(cfg, fingerprint, "augmented", texts[a:b], runtime) if group.main else ""
+
+        def fits(a: int = a, b: int = b, key: str = key) -> bool:
+            rate = meter.rate()
+            cached = has_cached(cache_dir(cfg), key)
+            cost = 0.0 if cached or rate is None else (b - a) / rate
+            return plan.room is None or plan.room(b, cost)
+
+        if not (fits() if group.size == 1 else group.decided(fits)):
             break
-        started = time.perf_counter()
+        what = f"teacher logits (augmented {b:,} of {len(texts):,})"
+        if group.size > 1:
 
-        def compute(a: int = a, b: int = b) -> np.ndarray:
-            return labeler(list(texts[a:b]), f"teacher logits (augmented {b:,} of {len(texts):,})")
+            def rows(a: int = a, b: int = b) -> list[Any]:
+                return list(texts[a:b])
 
-        logits, hit = cached_logits(cache_dir(cfg), key, compute, rows=b - a, width=width)
-        if not hit:
-            meter.add(b - a, time.perf_counter() - started)
+            logits, hit = group_logits(
+                group, cache_dir(cfg), key, rows, b - a, labeler, what, width, meter
+            )
+        else:
+            started = time.perf_counter()
+
+            def compute(a: int = a, b: int = b, what: str = what) -> np.ndarray:
+                return labeler(list(texts[a:b]), what)
+
+            logits, hit = cached_logits(cache_dir(cfg), key, compute, rows=b - a, width=width)
+            if not hit:
+                meter.add(b - a, time.perf_counter() - started)
         parts.append(logits)
         all_hit = all_hit and hit
     return np.concatenate(parts), all_hit
@@ -357,7 +537,7 @@ def cached_calibration(
             pass
     result = calibrate(onnx, sample)
     path.parent.mkdir(parents=True, exist_ok=True)
-    result.write(path)
+    result.write(path)  # atomic (a temporary file renamed over it)
     return result
 
 
@@ -369,6 +549,7 @@ def teacher_labels(
     label_names: list[str],
     onnx_runtime: OnnxRuntime | None = None,
     plan: AugmentedPlan | None = None,
+    group: LabelGroup = ALONE,
 ) -> tuple[dict[str, np.ndarray], dict[str, bool], dict[str, Any]]:
     """Logits for every split from the configured teacher(s) and runtime.
 
@@ -377,6 +558,10 @@ def teacher_labels(
     `plan` allows is labelled, and its logits cover that prefix.
     Returns (logits, cache hits, runtime report: what labelled the transfer set, why,
     the calibration when int8 took part, and rows/s over the rows labelled).
+
+    In a `group` (`accelerate launch`), call it on every process: each labels a share
+    of the uncached rows and every process returns the same logits, hits and report
+    (which adds `rows_by_process`: the rows each labelled, in rank order).
     """
     from edgekd.distill.teacher import load_teacher, teacher_label_names
 
@@ -393,16 +578,29 @@ def teacher_labels(
                 f"the first teacher {label_names}; ensemble teachers must agree"
             )
         fp = teacher_fingerprint(name, model)
-        labelers, info = choose_labelers(
-            cfg, name, fp, splits, model, tok, onnx_runtime, plan.limit
-        )
         meter = Meter()
-        logits, teacher_hits = label_splits(cfg, fp, splits, labelers, width, plan, meter)
+        if group.size == 1:
+            labelers, info = choose_labelers(
+                cfg, name, fp, splits, model, tok, onnx_runtime, plan.limit
+            )
+            logits, teacher_hits = label_splits(cfg, fp, splits, labelers, width, plan, meter)
+        else:
+            from edgekd.threads import torch_threads
+
+            with torch_threads(group.threads):
+                labelers, info = shared_labelers(
+                    group, cfg, name, fp, splits, model, tok, onnx_runtime, plan.limit
+                )
+                logits, teacher_hits = label_splits(
+                    cfg, fp, splits, labelers, width, plan, meter, group
+                )
         if i == 0:
             hits = teacher_hits  # the first teacher's cache use is the one reported
             report.update(info)
             if meter.rows:
                 report["rows_per_s"] = round(meter.rows / max(meter.seconds, 1e-9), 1)
+            if group.size > 1:
+                report["rows_by_process"] = group.gather(meter.mine)
             if "augmented" in logits:
                 # The first teacher chose how many augmented rows fit; the others match.
                 plan = AugmentedPlan(limit=len(logits["augmented"]))
@@ -421,6 +619,51 @@ def teacher_labels(
     return combined, hits, report
 
 
+@dataclass(frozen=True)
+class LabelerChoice:
+    """What labels each split, and the report of why. Chosen on one process and sent to
+    the others in a group: processes that chose apart would label one split two ways,
+    and the main would cache mixed logits under one key."""
+
+    transfer: str  # the transfer splits' labeler: "torch", "fp32", "int8" or "hybrid"
+    tag: str  # their runtime name in the cache key
+    margin: float = 0.0  # hybrid: the int8 margin under which fp32 relabels a row
+    info: dict[str, Any] = field(default_factory=dict)  # the report: used, why, calibration
+
+    def tags(self, splits: Sequence[str]) -> dict[str, str]:
+        """Each split's runtime name in the cache key: dev is labelled in fp32."""
+        if self.transfer == "torch":
+            return {s: "torch" for s in splits}
+        return {s: "onnx" if s == "dev" else self.tag for s in splits}
+
+    def kinds(self) -> list[str]:
+        """The ONNX models it labels with (none for torch)."""
+        if self.transfer == "torch":
+            return []
+        return ["fp32", "int8"] if self.transfer in ("int8", "hybrid") else ["fp32"]
+
+
+def uncached_rows(
+    cfg: DistillConfig,
+    fingerprint: str,
+    splits: dict[str, Sequence[Any]],
+    tags: dict[str, str],
+    limit: int | None,
+) -> int:
+    """Rows of the splits in `tags` (augmented: up to `limit`) whose logits are not cached."""
+    parts = (  # one chunk's texts at a time
+        (split, v[a:b] if split == "augmented" else v)
+        for split, v in splits.items()
+        if split in tags
+        for a, b in (augmented_chunks(v, limit) if split == "augmented" else [(0, len(v))])
+    )
+    return sum(
+        len(v)
+        for split, v in parts
+        if not has_cached(cache_dir(cfg), split_key(cfg, fingerprint, split, v, tags[split]))
+    )
+
+
 def choose_labelers(
     cfg: DistillConfig,
     name: str,
@@ -433,14 +676,23 @@ def choose_labelers(
 ) -> tuple[dict[str, tuple[Labeler, str]], dict[str, Any]]:
     """Per split, the labeler and its cache name; and what was chosen, with why.
     Nothing is exported or calibrated while the cache holds every split."""
+    choice, onnx = decide_labelers(cfg, name, fingerprint, splits, onnx_runtime, limit)
+    return build_labelers(choice, cfg, model, tokenizer, onnx, splits), choice.info
+
+
+def decide_labelers(
+    cfg: DistillConfig,
+    name: str,
+    fingerprint: str,
+    splits: dict[str, Sequence[Any]],
+    onnx_runtime: OnnxRuntime | None,
+    limit: int | None = None,
+) -> tuple[LabelerChoice, OnnxTeacher | None]:
+    """The choice `choose_labelers` makes (calibrating "auto" and "onnx-int8" through
+    the cache), and the ONNX teacher where it labels."""
     runtime = cfg.teacher_runtime
-
-    def torch_only(info: dict[str, Any]) -> tuple[dict[str, tuple[Labeler, str]], dict[str, Any]]:
-        torch_fn = deduplicated(torch_labeler(cfg, model, tokenizer))
-        return {s: (torch_fn, "torch") for s in splits}, {"used": "torch", **info}
-
     if runtime == "torch":
-        return torch_only({})
+        return LabelerChoice("torch", "torch", info={"used": "torch"}), None
     transfer = {k: v for k, v in splits.items() if k != "dev"}
     # Drawn from the rows as one sequence, without copying them out of their files.
     sample = calibration_sample(Chained(list(transfer.values())), cfg.seed)
@@ -448,39 +700,89 @@ def choose_labelers(
     # auto's labels depend on the margin its calibration picks: the key names the sample.
     tag = f"auto:{cal_key[:16]}" if runtime == "auto" else runtime
     if runtime == "auto":
-        parts = (  # one chunk's texts at a time
-            (split, v[a:b])
-            for split, v in transfer.items()
-            for a, b in (augmented_chunks(v, limit) if split == "augmented" else [(0, len(v))])
-        )
-        pending: int = sum(
-            len(v)
-            for split, v in parts
-            if not has_cached(cache_dir(cfg), split_key(cfg, fingerprint, split, v, tag))
-        )
+        pending = uncached_rows(cfg, fingerprint, transfer, dict.fromkeys(transfer, tag), limit)
         if 0 < pending < AUTO_MIN_ROWS and not calibration_path(cfg, cal_key).is_file():
-            return torch_only(
-                {"why": f"{pending:,} rows to label, under {AUTO_MIN_ROWS:,}: not worth an export"}
-            )
+            why = f"{pending:,} rows to label, under {AUTO_MIN_ROWS:,}: not worth an export"
+            return LabelerChoice("torch", "torch", info={"used": "torch", "why": why}), None
     if onnx_runtime is None:  # the ONNX export lives a layer up (exporters): injected
         raise EdgeKDError(f"teacher_runtime {runtime!r} needs the ONNX teacher; use torch")
     onnx = onnx_runtime(cfg, name, fingerprint)  # exports on first use only
-    fp32 = deduplicated(onnx.fp32)
-    labelers: dict[str, tuple[Labeler, str]] = {"dev": (fp32, "onnx")} if "dev" in splits else {}
     info: dict[str, Any] = {"used": runtime}
-    chosen: Labeler = fp32
-    if runtime in ("onnx-int8", "auto") and sample:
-        cal = cached_calibration(cfg, cal_key, onnx, sample)
-        info["calibration"] = cal.model_dump(exclude={"kind"})
-        if runtime == "onnx-int8":
-            chosen = deduplicated(onnx.int8)
-        elif cal.choice == "hybrid":
-            chosen, info["used"] = deduplicated(hybrid_labeler(onnx, cal.margin)), "hybrid"
-        else:
-            info["used"] = "onnx"
-            info["why"] = (
-                f"int8 with fp32 close calls agreed on {cal.hybrid_agreement:.2%}, "
-                f"under {AGREEMENT_FLOOR:.1%}: fp32 labels everything"
-            )
-    labelers |= {s: (chosen, tag) for s in transfer}
-    return labelers, info
+    if runtime not in ("onnx-int8", "auto") or not sample:
+        return LabelerChoice("fp32", tag, info=info), onnx
+    cal = cached_calibration(cfg, cal_key, onnx, sample)
+    info["calibration"] = cal.model_dump(exclude={"kind"})
+    if runtime == "onnx-int8":
+        return LabelerChoice("int8", tag, info=info), onnx
+    if cal.choice == "hybrid":
+        return LabelerChoice("hybrid", tag, cal.margin, info | {"used": "hybrid"}), onnx
+    info["used"] = "onnx"
+    info["why"] = (
+        f"int8 with fp32 close calls agreed on {cal.hybrid_agreement:.2%}, "
+        f"under {AGREEMENT_FLOOR:.1%}: fp32 labels everything"
+    )
+    return LabelerChoice("fp32", tag, info=info), onnx
+
+
+def build_labelers(
+    choice: LabelerChoice,
+    cfg: DistillConfig,
+    model: Any,
+    tokenizer: Any,
+    onnx: OnnxTeacher | None,
+    splits: dict[str, Sequence[Any]],
+) -> dict[str, tuple[Labeler, str]]:
+    """Per split, the labeler `choice` names and its cache name."""
+    tags = choice.tags(list(splits))
+    if choice.transfer == "torch":
+        torch_fn = deduplicated(torch_labeler(cfg, model, tokenizer))
+        return {s: (torch_fn, tags[s]) for s in splits}
+    assert onnx is not None  # decide_labelers gives it with every ONNX choice
+    fp32 = deduplicated(onnx.fp32)
+    if choice.transfer == "int8":
+        chosen = deduplicated(onnx.int8)
+    elif choice.transfer == "hybrid":
+        chosen = deduplicated(hybrid_labeler(onnx, choice.margin))
+    else:
+        chosen = fp32
+    return {s: (fp32 if s == "dev" else chosen, tags[s]) for s in splits}
+
+
+def shared_labelers(
+    group: LabelGroup,
+    cfg: DistillConfig,
+    name: str,
+    fingerprint: str,
+    splits: dict[str, Sequence[Any]],
+    model: Any,
+    tokenizer: Any,
+    onnx_runtime: OnnxRuntime | None,
+    limit: int | None,
+) -> tuple[dict[str, tuple[Labeler, str]], dict[str, Any]]:
+    """`choose_labelers` for a group: the main process chooses (and calibrates, and
+    writes the calibration), every process builds the labelers of that choice. Where
+    rows are left to label with ONNX, the main exports the teacher before it sends the
+    choice: the broadcast is the barrier the others wait at, and they load its files."""
+    onnx: OnnxTeacher | None = None
+
+    def choose() -> tuple[LabelerChoice, bool]:
+        nonlocal onnx
+        choice, onnx = decide_labelers(cfg, name, fingerprint, splits, onnx_runtime, limit)
+        tags = choice.tags(list(splits))
+        exports = onnx is not None and uncached_rows(cfg, fingerprint, splits, tags, limit) > 0
+        if onnx is not None and exports:
+            onnx.ready(choice.kinds())
+        return choice, exports
+
+    choice, exports = group.decided(choose)
+    if choice.transfer != "torch" and not group.main:
+        if onnx_runtime is None:  # the main has refused this run already
+            raise EdgeKDError(f"teacher_runtime {cfg.teacher_runtime!r} needs the ONNX teacher")
+        onnx = onnx_runtime(cfg, name, fingerprint)  # loads the main's export at first use
+    if exports and group.apart:
+        # A machine of its own may keep its own cache dir, without the main's export: its
+        # first process exports there (when missing) while the others on it wait.
+        if group.local_main and not group.main and onnx is not None:
+            onnx.ready(choice.kinds())
+        group.barrier()
+    return build_labelers(choice, cfg, model, tokenizer, onnx, splits), choice.info

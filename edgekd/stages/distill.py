@@ -29,7 +29,12 @@ from edgekd.config import (
 from edgekd.data import Split, Text, align_labels, carve_selection, load_task
 from edgekd.distill import checkpoint as ckpt
 from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
-from edgekd.distill.labeling import AugmentedPlan, augmented_texts, teacher_labels
+from edgekd.distill.labeling import (
+    AugmentedPlan,
+    augmented_texts,
+    process_group,
+    teacher_labels,
+)
 from edgekd.distill.losses import NO_LABEL
 from edgekd.distill.teacher import at_trained_length, load_teacher, teacher_label_names
 from edgekd.distill.timebudget import (
@@ -205,19 +210,14 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         splits["selection"] = select.texts
     if extra:
         splits["augmented"] = extra
-    # Under `accelerate launch`, the main process labels and writes the cache; the others
-    # then read back as many augmented rows as it kept (its clock decides, not theirs),
-    # so every process trains on one transfer set.
-    if state.is_main_process:
-        logits, hits, runtime = teacher_labels(
-            cfg, splits, teacher, teacher_tok, task.label_names, OnnxLabelers, plan
-        )
-    kept = main_choice(len(logits["augmented"]) if state.is_main_process and extra else 0)
-    if not state.is_main_process:
-        logits, hits, runtime = teacher_labels(
-            cfg, splits, teacher, teacher_tok, task.label_names, OnnxLabelers,
-            AugmentedPlan(limit=kept),
-        )  # fmt: skip
+    # Under `accelerate launch`, every process labels a share of the rows the cache lacks
+    # and gets every process's logits back; the main alone reads and writes the cache, and
+    # its clock decides how many augmented rows fit, so all train on one transfer set.
+    logits, hits, runtime = teacher_labels(
+        cfg, splits, teacher, teacher_tok, task.label_names, OnnxLabelers, plan,
+        process_group(state),
+    )  # fmt: skip
+    kept = len(logits["augmented"]) if extra else 0
     dev_logits = logits["dev"]
     seconds["teacher_logits"] = time.perf_counter() - t
     candidates = len(extra)

@@ -53,3 +53,16 @@ def test_a_damaged_cache_entry_is_recomputed_not_fatal(tmp_path, damage):
     logits, hit = cached_logits(tmp_path, "k", compute)
     assert not hit and len(calls) == 2 and logits.shape == (3, 2)
     assert cached_logits(tmp_path, "k", compute)[1]  # rewritten whole: a hit again
+
+
+def test_store_logits_writes_one_whole_entry_that_load_logits_reads_back(tmp_path):
+    # The write under `accelerate launch` is the main's alone, and atomic: a temporary
+    # file of its own, renamed over the entry (a reader never sees half of one).
+    from edgekd.distill.cache import load_logits, store_logits
+
+    assert load_logits(tmp_path, "k") is None  # not there: a miss, no note, no error
+    logits = np.arange(6, dtype=np.float64).reshape(3, 2)
+    stored = store_logits(tmp_path, "k", logits)
+    assert stored.dtype == np.float32 and [p.name for p in tmp_path.iterdir()] == ["k.safetensors"]
+    np.testing.assert_array_equal(load_logits(tmp_path, "k", rows=3, width=2), logits)
+    assert load_logits(tmp_path, "k", rows=4) is None  # another shape: a miss

@@ -1,16 +1,28 @@
 """The fast labelers: deduplication, the int8 margin, calibration and the auto choice."""
 
+import threading
+
 import numpy as np
 import pytest
 
 from edgekd.config import DataConfig, DistillConfig
 from edgekd.distill import labeling
 from edgekd.distill.labeling import (
+    ALONE,
+    AugmentedPlan,
+    LabelGroup,
+    Meter,
     calibrate,
     deduplicated,
     hybrid_labeler,
+    label_chunks,
+    label_splits,
     margins,
     pick_margin,
+    process_group,
+    reassemble,
+    share,
+    teacher_labels,
 )
 
 
@@ -115,3 +127,312 @@ def test_auto_runtime_labels_with_int8_and_fp32_close_calls_when_large(
     again = distill(dcfg(tiny_teacher, tiny_data), tmp_path / "t")
     assert all(again["cache_hits"].values())
     assert again["teacher_runtime"]["calibration"] == report["calibration"]  # cached too
+
+
+# ------------------------------------------------------------------ processes sharing work
+
+
+class ThreadRanks:
+    """`size` ranks of a LabelGroup as threads of this process: a gather posts each
+    rank's value and meets at a barrier, then meets again so no rank posts the next
+    round's value before every rank has read this one's."""
+
+    def __init__(self, size=2, apart=False):
+        self.size, self.apart = size, apart
+        self.wall = threading.Barrier(size, timeout=60)
+        self.slots = [None] * size
+        self.collectives = [0] * size  # per rank: broadcasts + gathers + barriers
+
+    def group(self, rank):
+        def gather(value):
+            self.collectives[rank] += 1
+            self.slots[rank] = value
+            self.wall.wait()
+            out = list(self.slots)
+            self.wall.wait()
+            return out
+
+        def broadcast(value):
+            self.collectives[rank] -= 1  # counted once, by the gather it runs on
+            return gather(value)[0]
+
+        def barrier():
+            self.collectives[rank] += 1
+            self.wall.wait()
+
+        # apart: every rank on a machine of its own, so each is its machine's first.
+        return LabelGroup(
+            rank=rank, size=self.size, broadcast=broadcast, gather=gather, barrier=barrier,
+            local_main=self.apart or rank == 0, apart=self.apart,
+        )  # fmt: skip
+
+    def run(self, work):
+        """`work(rank, group)` on every rank at once; the results in rank order."""
+        results, errors = [None] * self.size, []
+
+        def go(rank):
+            try:
+                results[rank] = work(rank, self.group(rank))
+            except BaseException as e:  # the first error is the cause; others follow it
+                errors.append(e)
+                self.wall.abort()
+
+        threads = [threading.Thread(target=go, args=(r,)) for r in range(self.size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        return results
+
+
+def never(*args):
+    raise AssertionError("a collective was called")
+
+
+@pytest.mark.parametrize("n, size", [(0, 2), (1, 3), (2, 3), (7, 2), (9, 3), (10, 4), (5, 1)])
+def test_shares_cover_every_row_once_and_reassemble_in_row_order(n, size):
+    rows = np.arange(n)
+    shares = [rows[share(n, rank, size)] for rank in range(size)]
+    assert sorted(np.concatenate(shares).tolist()) == list(range(n))  # each row exactly once
+    assert max(map(len, shares)) - min(map(len, shares)) <= 1  # uneven by one row at most
+    logits = np.stack([rows, -rows], axis=1).astype(np.float32)
+    parts = [logits[share(n, rank, size)] for rank in range(size)]
+    np.testing.assert_array_equal(reassemble(parts, 2), logits)
+
+
+def test_reassemble_refuses_a_share_of_the_wrong_length():
+    parts = [np.zeros((2, 2), np.float32), np.zeros((2, 2), np.float32)]
+    with pytest.raises(ValueError, match="process 1 sent"):
+        reassemble([*parts, np.zeros((0, 2), np.float32)], 2)  # 4 rows: rank 1's share is 1
+
+
+def _cfg(cache):
+    return DistillConfig(teacher="t", cache_dir=str(cache))
+
+
+def numbered(texts, what):
+    """Logits [0, i] for the text "<split> i"."""
+    return np.array([[0.0, float(t.split()[-1])] for t in texts], dtype=np.float32)
+
+
+def recording(seen):
+    def labeler(texts, what):
+        seen.extend(texts)
+        return numbered(texts, what)
+
+    return labeler
+
+
+def group_splits():
+    # selection has fewer rows than processes; augmented spans three chunks of 4.
+    return {
+        "train": [f"train {i}" for i in range(7)],
+        "dev": [f"dev {i}" for i in range(3)],
+        "selection": ["selection 0"],
+        "augmented": [f"augmented {i}" for i in range(10)],
+    }
+
+
+def test_label_splits_in_a_group_shares_rows_and_equals_one_process(tmp_path, monkeypatch):
+    monkeypatch.setattr(labeling, "AUGMENT_CHUNK", 4)
+    splits = group_splits()
+    every = [t for texts in splits.values() for t in texts]
+    solo, _ = label_splits(
+        _cfg(tmp_path / "solo"), "fp", splits, dict.fromkeys(splits, (numbered, "x")), 2
+    )
+    # Each rank has a cache dir of its own, as on two machines: the main's is the one.
+    caches = [tmp_path / "main", tmp_path / "other"]
+    seen, meters = [[], []], [Meter(), Meter()]
+
+    def work(rank, group):
+        labelers = dict.fromkeys(splits, (recording(seen[rank]), "x"))
+        return label_splits(
+            _cfg(caches[rank]), "fp", splits, labelers, 2, None, meters[rank], group
+        )
+
+    for logits, hits in ThreadRanks().run(work):
+        assert logits.keys() == solo.keys() and not any(hits.values())
+        for split in solo:
+            np.testing.assert_array_equal(logits[split], solo[split])
+    # Each rank labelled its share only: every other row of each split and chunk.
+    assert seen[0][:4] == ["train 0", "train 2", "train 4", "train 6"]
+    assert seen[1][:3] == ["train 1", "train 3", "train 5"]
+    assert not set(seen[0]) & set(seen[1]) and sorted(seen[0] + seen[1]) == sorted(every)
+    # The group's rate: the main counts every process's rows; each its own share.
+    assert meters[0].rows == meters[1].rows == len(every)
+    assert (meters[0].mine, meters[1].mine) == (len(seen[0]), len(seen[1]))
+    # Only the main writes: 3 splits + 3 chunks in its cache, nothing in the other's.
+    assert len(list((caches[0] / "logits").glob("*.safetensors"))) == 6
+    assert not caches[1].exists()
+
+    # Again: the main's cache holds everything; the other, whose own cache is empty,
+    # gets the main's logits and labels nothing.
+    seen = [[], []]
+    for logits, hits in ThreadRanks().run(work):
+        assert all(hits.values())
+        for split in solo:
+            np.testing.assert_array_equal(logits[split], solo[split])
+    assert seen == [[], []] and not caches[1].exists()
+
+
+def test_label_chunks_in_a_group_keeps_as_many_chunks_as_the_main_budget_allows(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(labeling, "AUGMENT_CHUNK", 4)
+    texts = [f"augmented {i}" for i in range(10)]
+    asked = []
+
+    def main_room(rows, seconds):
+        asked.append(rows)
+        return rows <= 8
+
+    def work(rank, group):
+        # The other rank's clock would take every row, or raise if it were ever asked.
+        room = main_room if rank == 0 else never
+        plan = AugmentedPlan(room=room)
+        cfg = _cfg(tmp_path / str(rank))
+        return label_chunks(cfg, "fp", texts, numbered, "x", 2, plan, Meter(), group)
+
+    for logits, hit in ThreadRanks().run(work):
+        np.testing.assert_array_equal(logits[:, 1], range(8))
+        assert not hit
+    assert asked == [4, 8, 10]  # one decision per chunk, the main's
+
+
+class RecordingOnnx:
+    """FakeOnnx that logs (call, rank, description, texts) in one list shared by ranks."""
+
+    def __init__(self, rank, events, flip=()):
+        self.rank, self.events, self.fake = rank, events, FakeOnnx(flip)
+
+    def fp32(self, texts, what):
+        self.events.append(("fp32", self.rank, what, list(texts)))
+        return self.fake.fp32(texts, what)
+
+    def int8(self, texts, what):
+        self.events.append(("int8", self.rank, what, list(texts)))
+        return self.fake.int8(texts, what)
+
+    def ready(self, kinds):
+        self.events.append(("ready", self.rank, ",".join(kinds), []))
+
+
+def fake_teacher():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(config=SimpleNamespace(id2label={0: "neg", 1: "pos"}, num_labels=2))
+
+
+# Transfer rows: int8 flips the six at ±0.2 (margin 0.2), sure of every other (|x| ≥ 1).
+CLOSE = ["0.2", "-0.2", "0.20", "-0.20", "0.200", "-0.200"]
+TRANSFER = CLOSE + [f"{s}{x}.5" for x in range(1, 13) for s in ("", "-")]
+
+
+@pytest.mark.parametrize("runtime", ["auto", "onnx"])
+@pytest.mark.parametrize("apart", [False, True])
+def test_teacher_labels_in_a_group_calibrates_and_exports_on_the_main_only(
+    tmp_path, monkeypatch, runtime, apart
+):
+    monkeypatch.setattr(labeling, "AUTO_MIN_ROWS", 0)  # the small set counts as large
+    splits = {"train": TRANSFER, "dev": ["1.0", "-2.0", "0.2"]}
+    names = ["neg", "pos"]
+
+    def cfg(cache):
+        return DistillConfig(teacher="fake", teacher_runtime=runtime, cache_dir=str(cache))
+
+    solo_onnx = RecordingOnnx(0, [], flip=CLOSE)
+    solo, _, solo_report = teacher_labels(
+        cfg(tmp_path / "solo"), splits, fake_teacher(), None, names,
+        lambda *a: solo_onnx, None,
+    )  # fmt: skip
+    events = []
+    made = []
+
+    def work(rank, group):
+        def onnx_runtime(*args):
+            made.append(rank)
+            return RecordingOnnx(rank, events, flip=CLOSE)
+
+        return teacher_labels(
+            cfg(tmp_path / f"rank{rank}"), splits, fake_teacher(), None, names,
+            onnx_runtime, None, group,
+        )  # fmt: skip
+
+    results = ThreadRanks(apart=apart).run(work)
+    for logits, _, report in results:
+        for split in splits:
+            np.testing.assert_allclose(logits[split], solo[split], atol=1e-5)
+            assert (logits[split].argmax(1) == solo[split].argmax(1)).all()
+        # One choice, one calibration (its margin included) for every process.
+        mine = {k: v for k, v in report.items() if k not in ("rows_per_s", "rows_by_process")}
+        assert mine == {k: v for k, v in solo_report.items() if k != "rows_per_s"}
+    if runtime == "auto":  # the hybrid ran, with a margin that relabels the close calls
+        assert solo_report["used"] == "hybrid" and solo_report["calibration"]["margin"] > 0.2
+    assert set(made) == {0, 1}
+    # Calibration rows are the main's alone; every other row is labelled by one rank.
+    assert not [e for e in events if "calibrating" in e[2] and e[1] != 0]
+    labelled = [
+        [t for call, r, what, texts in events if r == rank and call in ("int8", "fp32")
+         and "calibrating" not in what and "close calls" not in what for t in texts]
+        for rank in (0, 1)
+    ]  # fmt: skip
+    assert sorted(labelled[0] + labelled[1]) == sorted(TRANSFER + splits["dev"])
+    assert results[0][2]["rows_by_process"] == results[1][2]["rows_by_process"]
+    assert results[0][2]["rows_by_process"] == [len(labelled[0]), len(labelled[1])]
+    assert min(map(len, labelled)) > 0
+    # The main exports before the broadcast lets the other load; on a machine of its own
+    # the other exports too (its cache may lack it) before it labels, on the main's it
+    # only loads what the main exported.
+    readies = [(r, kinds) for call, r, kinds, _ in events if call == "ready"]
+    kinds = "fp32,int8" if runtime == "auto" else "fp32"
+    assert readies == ([(0, kinds), (1, kinds)] if apart else [(0, kinds)])
+    others = [e for e in events if e[1] == 1]
+    assert events.index(others[0]) > events.index(("ready", 0, kinds, []))
+    assert others[0][0] == ("ready" if apart else "int8" if runtime == "auto" else "fp32")
+    # Only the main wrote logits and the calibration.
+    assert list((tmp_path / "rank0").rglob("*.safetensors"))
+    assert not (tmp_path / "rank1").exists()
+
+
+def test_a_group_of_one_calls_no_collective(tmp_path, monkeypatch):
+    monkeypatch.setattr(labeling, "AUGMENT_CHUNK", 4)
+    alone = LabelGroup(broadcast=never, gather=never, barrier=never)
+    splits = group_splits()
+    logits, _ = label_splits(
+        _cfg(tmp_path), "fp", splits, dict.fromkeys(splits, (numbered, "x")), 2, None, None,
+        alone,
+    )  # fmt: skip
+    np.testing.assert_array_equal(logits["augmented"][:, 1], range(10))
+    cfg = DistillConfig(teacher="fake", teacher_runtime="onnx", cache_dir=str(tmp_path / "t"))
+    _, _, report = teacher_labels(
+        cfg, {"train": TRANSFER}, fake_teacher(), None, ["neg", "pos"],
+        lambda *a: FakeOnnx(), None, alone,
+    )  # fmt: skip
+    assert "rows_by_process" not in report
+    from types import SimpleNamespace
+
+    assert process_group(SimpleNamespace(num_processes=1)) is ALONE  # one process: no group
+
+
+def test_process_group_takes_rank_and_core_share_from_accelerate(monkeypatch):
+    from types import SimpleNamespace
+
+    from edgekd.threads import available_cores
+
+    waited = []
+    state = SimpleNamespace(
+        num_processes=2, process_index=1, is_local_main_process=False,
+        wait_for_everyone=lambda: waited.append(1),
+    )  # fmt: skip
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun's: both on this machine
+    group = process_group(state)
+    assert (group.rank, group.size, group.main, group.local_main, group.apart) == (
+        1, 2, False, False, False,
+    )  # fmt: skip
+    assert group.threads == max(1, available_cores() // 2)
+    group.barrier()
+    assert waited == [1]
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # one process per machine
+    assert process_group(state).apart and process_group(state).threads == available_cores()

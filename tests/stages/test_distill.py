@@ -492,38 +492,96 @@ def test_train_student_keeps_the_averaged_weights_when_ema_is_set(
     assert raw["history"][0]["train_loss"] == ema["history"][0]["train_loss"]
 
 
-@pytest.mark.slow
-def test_distill_under_accelerate_launch_trains_one_student_on_two_processes(
-    tiny_teacher, tiny_data, tmp_path
-):
-    # Two CPU processes (torch.distributed over gloo), the user's spelling: the main
-    # process labels, the other reads its cache; the time budget's choices (rows kept,
-    # epochs, an early cut) are the main's on both, or they would deadlock or diverge.
+def two_processes() -> list[str]:
+    """`accelerate launch` of two CPU processes on one machine, as users spell it."""
     import socket
-    import subprocess
     import sys
 
     with socket.socket() as s:  # a free port for the processes to meet on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = tmp_path / "s"
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
     launch += ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
-    launch += ["--dynamo_backend", "no", "--main_process_port", str(port)]
-    distill = ["-m", "edgekd", "distill", "--student", "bilstm", "--teacher", str(tiny_teacher)]
-    distill += ["--data", str(tiny_data), "--out", str(out), "--epochs", "2"]
+    return [*launch, "--dynamo_backend", "no", "--main_process_port", str(port)]
+
+
+def distill_command(teacher: Path, data: Path, out: Path, *extra: str) -> list[str]:
+    """`edgekd distill` of the small BiLSTM, 2 epochs, as a module (after `python`)."""
+    distill = ["-m", "edgekd", "distill", "--student", "bilstm", "--teacher", str(teacher)]
+    distill += ["--data", str(data), "--out", str(out), "--epochs", "2", *extra]
     for key, value in {
         **{f"student.options.{k}": v for k, v in SMALL.items()},
         "batch_size": 16,
     }.items():
         distill += ["-s", f"{key}={value}"]
-    done = subprocess.run(launch + distill, capture_output=True, text=True, timeout=600)
+    return distill
+
+
+@pytest.mark.slow
+def test_distill_under_accelerate_launch_trains_one_student_on_two_processes(
+    tiny_teacher, tiny_data, tmp_path
+):
+    # Two CPU processes (torch.distributed over gloo), the user's spelling: they share
+    # the labelling, the main writes the cache; the time budget's choices (rows kept,
+    # epochs, an early cut) are the main's on both, or they would deadlock or diverge.
+    import subprocess
+
+    out = tmp_path / "s"
+    done = subprocess.run(
+        two_processes() + distill_command(tiny_teacher, tiny_data, out),
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["processes"] == 2 and metrics["time_plan"] is not None
     assert metrics["n_augmented"] > 0  # the default augmentation, labelled once
     assert 1 <= metrics["epochs_run"] <= 2 and (out / "model.safetensors").is_file()
     assert not list(tmp_path.glob(".*"))  # no checkpoint or temp folder left behind
+
+
+@pytest.mark.slow
+def test_distill_under_accelerate_launch_shares_labelling_and_caches_one_process_logits(
+    tiny_teacher, tiny_data, tmp_path
+):
+    # Each of two processes labels a share of the rows; the main alone writes them into
+    # the cache, and they equal, entry by entry, what one process caches for the rows.
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    torch_runtime = ("--teacher-runtime", "torch")  # the tiny set: no ONNX export
+    metrics = {}
+    for name, launch in (("one", [sys.executable]), ("two", two_processes())):
+        out = tmp_path / name
+        env = {**os.environ, "EDGEKD_CACHE": str(tmp_path / f"cache-{name}")}
+        done = subprocess.run(
+            launch + distill_command(tiny_teacher, tiny_data, out, *torch_runtime),
+            capture_output=True, text=True, timeout=600, env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        metrics[name] = json.loads((out / "metrics.json").read_text())
+    two = metrics["two"]
+    assert two["processes"] == 2 and two["n_augmented"] == metrics["one"]["n_augmented"] > 0
+    # Every row the run labelled, split between the processes (each labelled a share).
+    rows = two["n_train"] + two["n_selection"] + two["n_dev"] + two["n_augmented"]
+    shares = two["teacher_runtime"]["rows_by_process"]
+    assert sum(shares) == rows and all(0 < n < rows for n in shares)
+    assert "rows_by_process" not in metrics["one"]["teacher_runtime"]
+    assert 1 <= two["epochs_run"] <= 2 and (tmp_path / "two" / "model.safetensors").is_file()
+    # One cache, written once: the same entries as one process's, the same logits.
+    entries = {
+        name: {p.name: p for p in (tmp_path / f"cache-{name}" / "logits").glob("*.safetensors")}
+        for name in ("one", "two")
+    }
+    assert entries["two"].keys() == entries["one"].keys() and len(entries["two"]) >= 4
+    for key, path in entries["two"].items():
+        got, want = load_file(str(path))["logits"], load_file(str(entries["one"][key]))["logits"]
+        np.testing.assert_allclose(got, want, atol=1e-5)
+        assert (got.argmax(1) == want.argmax(1)).all()
+    assert not list((tmp_path / "cache-two" / "logits").glob("*.tmp-*"))
 
 
 def test_run_distill_recomputes_cached_logits_of_the_wrong_shape(tiny_teacher, tiny_data, tmp_path):
