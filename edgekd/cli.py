@@ -181,7 +181,8 @@ def component_name(value: Any) -> str | None:
 
 
 def _hint_student_option(sets: dict[str, Any]) -> None:
-    """Before 0.3, `-s hidden_size=300` set a student option; name its new path."""
+    """`-s hidden_size=300` reads as a student option but names no distill field: say the
+    path that sets it."""
     from edgekd.registry import STUDENTS
 
     for key in sets:
@@ -190,7 +191,7 @@ def _hint_student_option(sets: dict[str, Any]) -> None:
             if owners:
                 raise EdgeKDError(
                     f"--set {key}: distill has no field {key!r}; a student option is set as "
-                    f"-s student.options.{key}=VALUE (-s sets any config field since edgekd 0.3)"
+                    f"-s student.options.{key}=VALUE"
                 )
 
 
@@ -264,8 +265,6 @@ SETS = typer.Option(
     "applied over --config, under the named options).",
     show_default="none",
 )
-# Options that edgekd 0.3 folded into --set: hidden, kept only to say what to write.
-MOVED = typer.Option(None, hidden=True)
 OFF = "off"  # the shown default of a plain on/off flag
 OVERWRITE = typer.Option(
     False,
@@ -427,10 +426,6 @@ def distill(
         help="mse (Tang et al.), kd (Hinton), annealing (Jafari et al.) or uniform.",
         show_default="mse",
     ),
-    student_option: list[str] | None = MOVED,
-    loss_option: list[str] | None = MOVED,
-    intermediate_option: list[str] | None = MOVED,
-    minimax_k: int | None = typer.Option(None, "--minimax-k", hidden=True),
     temperature: float = field(DistillConfig, "temperature", "--temperature"),
     ce_weight: float = field(DistillConfig, "ce_weight", "--ce-weight"),
     epochs: int | None = field(
@@ -461,19 +456,6 @@ def distill(
 ) -> None:
     """Distil a teacher into a small student (BiLSTM or small BERT)."""
 
-    moved = {
-        "--student-option": ("student", student_option),
-        "--loss-option": ("loss", loss_option),
-        "--intermediate-option": ("intermediate", intermediate_option),
-        "--minimax-k": ("augment.methods.minimax", minimax_k),
-    }
-    for flag, (where, value) in moved.items():
-        if value is not None:
-            example = "k=3" if flag == "--minimax-k" else "KEY=VALUE"
-            raise EdgeKDError(
-                f"{flag} was replaced by --set (-s) in edgekd 0.3; "
-                f"write -s {where}.options.{example}"
-            )
     sets = parse_sets(set_)
     _hint_student_option(sets)
     raw = load_fields(config)

@@ -282,12 +282,6 @@ class AugmentConfig(StrictModel):
         wanted = math.ceil(AUTO_VARIANT_ROWS / max(n_texts, 1))
         return min(AUTO_MAX_VARIANTS, max(TANG_VARIANTS, wanted))
 
-    @model_validator(mode="before")
-    @classmethod
-    def _moved_options(cls, value: Any) -> Any:
-        # Before 0.3 every augmenter's knob sat here; say where each one went.
-        return refuse_moved(value, MOVED_AUGMENT_OPTIONS, "augment.")
-
     @field_validator("methods")
     @classmethod
     def _each_once(cls, value: list[Component]) -> list[Component]:
@@ -296,34 +290,6 @@ class AugmentConfig(StrictModel):
         if twice:
             raise ValueError(f"augmenter {twice[0]!r} is listed twice; list it once")
         return value
-
-
-def refuse_moved(value: Any, moved: dict[str, str], prefix: str) -> Any:
-    """`value` unchanged, unless it holds a key that moved in edgekd 0.3: then the
-    error says what to write instead."""
-    keys = sorted(set(value) & set(moved)) if isinstance(value, dict) else []
-    if keys:
-        raise ValueError(f"{prefix}{keys[0]} moved since edgekd 0.3: write {moved[keys[0]]}")
-    return value
-
-
-# augment.<old key> → where it lives now (an augmenter's own options).
-MOVED_AUGMENT_OPTIONS = {
-    "p_mask": "methods: [{name: mask, options: {p: 0.1}}] (tang: p_mask)",
-    "p_pos": "methods: [{name: pos, options: {p: 0.1}}] (tang: p_pos)",
-    "p_ng": "methods: [{name: ngram, options: {p: 0.25}}] (tang: p_ng)",
-    "max_ngram": "methods: [{name: ngram, options: {max_n: 5}}] (tang: max_ngram)",
-    "minimax_k": "methods: [..., {name: minimax, options: {k: 2}}]",
-    "mixup_alpha": "methods: [{name: mixup, options: {alpha: 0.4}}]",
-    "alpha_sm": "methods: [{name: mixup, options: {alpha_sm: 1.0}}]",
-    "alpha_tmkd": "methods: [{name: mixup, options: {alpha_tmkd: 1.0}}]",
-}
-# distill.<old key> → its place inside the component it configures.
-MOVED_DISTILL_OPTIONS = {
-    "student_options": "student: {name: bilstm, options: {...}}",
-    "loss_options": "loss: {name: annealing, options: {...}}",
-    "intermediate_options": "intermediate: {name: pkd, options: {...}}",
-}
 
 
 # Epochs when neither `epochs` nor a time budget decides (Tang et al. train 10-30).
@@ -445,12 +411,6 @@ class DistillConfig(StrictModel):
         if self.epochs is not None:
             return self.epochs
         return BUDGET_MAX_EPOCHS if self.time_budget is not None else DEFAULT_EPOCHS
-
-    @model_validator(mode="before")
-    @classmethod
-    def _moved_options(cls, value: Any) -> Any:
-        # Before 0.3 a component's options sat beside its name; say where they go now.
-        return refuse_moved(value, MOVED_DISTILL_OPTIONS, "")
 
     @field_validator("assistant")
     @classmethod
@@ -761,11 +721,11 @@ class ExportConfig(StrictModel):
     @field_validator("int8", mode="before")
     @classmethod
     def _int8_is_a_switch(cls, value: Any) -> Any:
-        # Before 0.2 `int8` held the mode; say how to write it now instead of
-        # "not a valid boolean".
+        # `int8: static` reads naturally but is a mode, not the switch: say how to write
+        # it instead of "not a valid boolean".
         if value is None or value in ("dynamic", "static", "none"):
             raise ValueError(
-                f"int8 is true or false since edgekd 0.2 (got {value!r}); "
+                f"int8 is true or false (got {value!r}); "
                 "write `int8: true` and `int8_mode: static` for static QDQ"
             )
         return value
@@ -1032,10 +992,31 @@ def validate(model: type[M], data: Any, source: str) -> M:
         return model.model_validate(data if data is not None else {})
     except ValidationError as e:
         where, message = first_error(e)
+        err = e.errors()[0]
+        if err["type"] == "extra_forbidden":  # a typo or a field of another config
+            valid = fields_at(model, err["loc"][:-1])
+            if valid:
+                message = f"no such field; valid: {', '.join(valid)}"
         raise EdgeKDError(
             f"{source}: field '{where}': {message} ({len(e.errors())} error(s)); fix that field",
             2,
         ) from None
+
+
+def fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
+    """The fields of the config model at `loc` inside `model` (a pydantic error's
+    location), or None where the path leaves typed models (a list, a dict of options)."""
+    current = model
+    for part in loc:
+        info = current.model_fields.get(part) if isinstance(part, str) else None
+        if info is None:
+            return None
+        kinds = get_args(info.annotation) or (info.annotation,)  # `X | None` → X
+        nested = [k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)]
+        if len(nested) != 1:
+            return None
+        current = nested[0]
+    return list(current.model_fields)
 
 
 def parse_sets(pairs: list[str] | None, flag: str = "--set") -> dict[str, Any]:

@@ -85,7 +85,6 @@ def world(tmp_path_factory, tiny_teacher, tiny_data) -> Path:
         "unknown": {"distil": {}},
         "runs-bool": {"profile": {"runs": True}},
         "student-typo": {"distill": {"student": {"name": "bilstm", "options": {"hiden_size": 4}}}},
-        "moved-options": {"distill": {"student_options": {"hidden_size": 4}}},
     }.items():
         (bad / f"recipe-{name}.yaml").write_text(json.dumps({**recipe, **extra}))
     (bad / "spec-bad.yaml").write_text("name: x\nrunner: teleport\n")
@@ -123,7 +122,6 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "distill/option-not-kv": (["distill", "--teacher", T, "--out", OUT, "-s", "oops"], 2, "field=value"),
     "distill/option-typo": (["distill", "--teacher", T, "--out", OUT, "--data", D, "-s", "student.options.hiden_size=64"], 2, "no option 'hiden_size'; valid: vocab"),
     "distill/option-old-path": (["distill", "--teacher", T, "--out", OUT, "-s", "hidden_size=64"], 2, "-s student.options.hidden_size=VALUE"),
-    "distill/option-old-flag": (["distill", "--teacher", T, "--out", OUT, "--student-option", "hidden_size=64"], 2, "write -s student.options.KEY=VALUE"),
     "distill/augment-option": (["distill", "--teacher", T, "--out", OUT, "--augment", "tang", "-s", "augment.methods.tang.options.p_ng=2"], 2, "fix augment.methods.tang.options.p_ng"),
     "distill/augment-absent": (["distill", "--teacher", T, "--out", OUT, "--augment", "tang", "-s", "augment.methods.minimax.options.k=2"], 2, "has no 'minimax'"),
     "distill/option-type": (["distill", "--teacher", T, "--out", OUT, "--data", D, "-s", "student.options.hidden_size=x"], 2, "hidden_size"),
@@ -234,7 +232,6 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "run/unknown-field": (["run", X + "/recipe-unknown.yaml"], 2, "distil"),
     "run/bool-runs": (["run", X + "/recipe-runs-bool.yaml"], 2, "runs"),
     "run/student-typo": (["run", X + "/recipe-student-typo.yaml"], 2, "hiden_size"),
-    "run/moved-options": (["run", X + "/recipe-moved-options.yaml"], 2, "student: {name: bilstm, options: {...}}"),
     "run/set-bad": (["run", X + "/recipe-escape.yaml", "-s", "oops"], 2, "field=value"),
     # trim
     "trim/keep-top-0": (["trim", S, "--out", OUT, "--keep-top", "0"], 2, "--keep-top"),

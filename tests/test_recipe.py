@@ -97,7 +97,7 @@ def test_content_hash_follows_file_contents(tmp_path):
         ({"distill": {"teacher": "x"}}, "set `teacher` at the top level"),
         ({"budget": {"max_bites": 3}}, "field 'max_bites'"),
         ({"profile": {"devices": ["toaster"]}}, "unknown device 'toaster'"),
-        ({"colour": "red"}, "field 'colour': Extra inputs"),
+        ({"colour": "red"}, "field 'colour': no such field; valid: "),
         ({"distill": {"student": "gru"}}, "variant small: unknown student 'gru'"),
         ({"distill": {"intermediate": "pkd"}}, "variant small: .*needs a transformer student"),
     ],

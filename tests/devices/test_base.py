@@ -38,7 +38,7 @@ def test_a_runner_validates_its_own_spec_fields():
     [
         ("name: x\nthreads: 0\n", "field 'threads': Input should be greater than or equal to 1"),
         ("name: x\nbudget: {max_p90_ms: -1}\n", "budget: field 'max_p90_ms'"),
-        ("name: x\nbudget: {max_latency: 3}\n", "field 'max_latency': Extra inputs"),
+        ("name: x\nbudget: {max_latency: 3}\n", "'max_latency': no such field; valid: model"),
         ("name: x\ncolour: red\n", "has no field 'colour'; its own fields: none"),
         ("- a\n- b\n", "must be a YAML mapping"),
     ],
