@@ -119,6 +119,7 @@ def teacher_dev(task: str, teacher: Path, data: Path) -> float:
 def teacher_and_data(task: str) -> tuple[Path, Path]:
     """The teacher `benchmarks/tasks.py` trained for `task`, and its data (made if absent)."""
     work = smoke.runs_dir(REPO / "runs" / "bench-tasks") / task
+    work.mkdir(parents=True, exist_ok=True)  # a fresh checkout: tasks.py never ran here
     teacher = work / "teacher"
     data = tasks.task_data(task, work)
     if not (teacher / "metrics.json").is_file():
