@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import time
 from pathlib import Path
 
 import smoke  # benchmarks/ is on the path of its own scripts
+from processes_sst2 import launch_args  # the one accelerate launch spelling
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,20 +77,6 @@ def worker(args: argparse.Namespace) -> None:
 
         dist.barrier()
         dist.destroy_process_group()
-
-
-def launch_args(processes: int) -> list[str]:
-    if processes == 1:
-        return [sys.executable]
-    with socket.socket() as s:  # a free port for the processes to meet on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
-        "--num_processes", str(processes), "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(port),
-    ]  # fmt: skip
 
 
 def label_run(args: argparse.Namespace, processes: int, rows: int, name: str) -> dict:
