@@ -26,7 +26,7 @@ from edgekd.api import (
     profile,
 )
 from edgekd.errors import EdgeKDError
-from edgekd.registry import DEVICES, FORMATS, STUDENTS
+from edgekd.registry import AUGMENTERS, DEVICES, FORMATS, STUDENTS
 
 # A student package: mean of word embeddings → linear layer (a fastText-like bag).
 BAG_STUDENT = """
@@ -64,6 +64,46 @@ class BagStudent(Student):
         config = BagConfig(**options)
         tok = build_word_tokenizer(list(sides_of(texts)), 5000, 1, True, config.max_length)
         return cls(config, tok.vocab_size, num_labels), tok
+"""
+
+# A training-time method in one file: Pereyra et al.'s (2017) confidence penalty, a
+# term −β·H(p) on the student's own distribution, counting the steps it joins and the
+# backward passes its term takes part in (its hook fires only if the loop adds it).
+CONFIDENCE_METHOD = """
+from pydantic import Field
+
+from edgekd.config import StrictModel
+from edgekd.distill.methods import TrainingMethod
+from edgekd.errors import EdgeKDError
+
+
+class ConfidenceOptions(StrictModel):
+    beta: float = Field(0.1, ge=0, description="Weight of the entropy bonus.")
+
+
+class ConfidencePenalty(TrainingMethod):
+    Config = ConfidenceOptions
+    steps = 0
+    backward = 0
+
+    def __init__(self, beta):
+        self.beta = beta
+
+    @classmethod
+    def check(cls, cfg, student_cls, options):
+        if cfg.student.name != "bilstm":
+            raise EdgeKDError("confidence is tried on the bilstm student only")
+
+    @classmethod
+    def build(cls, options, run):
+        return cls(options.beta)
+
+    def loss(self, step):
+        type(self).steps += 1
+        log_p = step.logits.log_softmax(-1)
+        term = self.beta * (log_p.exp() * log_p).sum(-1).mean()  # −β·H(p)
+        term.register_hook(lambda grad: setattr(type(self), "backward", type(self).backward + 1))
+        return term
 """
 
 # An export format in one file: the fp32 graph's operator counts, as `ops.json`.
@@ -172,6 +212,38 @@ def test_a_student_package_and_one_registry_line_go_through_every_stage(
         "max_bytes": True,
         "min_agreement": True,
     }
+
+
+def test_a_training_method_in_one_file_and_one_registry_line_joins_every_step(
+    tmp_path, tiny_data, tiny_teacher, monkeypatch
+):
+    plugin(tmp_path / "plugins", "confkd.method", CONFIDENCE_METHOD, monkeypatch)
+    monkeypatch.setitem(AUGMENTERS._entries, "confidence", "confkd.method:ConfidencePenalty")
+
+    def config(student: str, **options: float) -> DistillConfig:
+        return DistillConfig(
+            teacher=str(tiny_teacher),
+            data=DataConfig(spec=str(tiny_data)),
+            student={"name": student},
+            augment={"methods": [{"name": "confidence", "options": options}]},
+            epochs=2,
+            batch_size=16,
+        )
+
+    # Its options are validated by its own model, its `check` runs before any data.
+    with pytest.raises(EdgeKDError, match=r"has no option 'gamma'; valid: beta"):
+        config("bilstm", gamma=1.0)
+    with pytest.raises(EdgeKDError, match="tried on the bilstm student only"):
+        distill(config("cnn"), tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
+
+    metrics = distill(config("bilstm", beta=0.5), tmp_path / "student")
+    from confkd.method import ConfidencePenalty  # type: ignore[import-not-found]
+
+    # Called on the training steps: at least one batch in each of the 2 epochs.
+    assert ConfidencePenalty.steps >= 2
+    assert ConfidencePenalty.backward == ConfidencePenalty.steps  # each term was trained on
+    assert metrics.student == "bilstm"
 
 
 def test_an_export_format_in_one_file_and_one_registry_line_is_written(

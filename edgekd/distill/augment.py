@@ -270,14 +270,6 @@ def methods_of_stage(methods: Sequence[Component], stage: str) -> list[Component
     return [m for m in methods if AUGMENTERS.get(m.name).stage == stage]
 
 
-def method_options(cfg: AugmentConfig, stage: str) -> Any:
-    """The validated options of the one method of `stage` ("select", "batch")."""
-    from edgekd.registry import AUGMENTERS
-
-    (method,) = methods_of_stage(cfg.methods, stage)
-    return AUGMENTERS.options(method, f"augment.methods.{method.name}")
-
-
 def text_key(cfg: AugmentConfig) -> str:
     """What the augmented rows depend on (training-time methods left out), for caching.
     Not `max_rows`: a cap keeps a prefix of the same seeded order, so a capped run (or

@@ -29,14 +29,18 @@ job is plausible edits, not a strong language model.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 
 from edgekd.config import StrictModel
+from edgekd.distill.methods import MethodRun, MethodState, Step, TrainingMethod
 from edgekd.errors import EdgeKDError
+
+if TYPE_CHECKING:
+    from edgekd.config import DistillConfig
 
 
 class MateOptions(StrictModel):
@@ -86,12 +90,57 @@ def load_generator(name_or_path: str, teacher_tokenizer: Any) -> Any:
     return model.eval()
 
 
-class MateKD:
+class MateKD(TrainingMethod):
     """The MATE-KD term of one training run: `__call__` runs the max step when due and
     returns the min step's loss on one batch of the student's (= the teacher's) ids."""
 
     stage: ClassVar[str] = "adversarial"  # a generator trained against the student
+    needs_teacher: ClassVar[bool] = True  # it reads every rewritten batch
     Config = MateOptions
+
+    @classmethod
+    def check(cls, cfg: DistillConfig, student_cls: Any, options: MateOptions) -> None:
+        if "hidden_states" not in student_cls.capabilities:
+            raise EdgeKDError(
+                "mate rewrites the teacher's tokens for teacher and student alike; use "
+                "--student bert (or mobilebert), which reads them"
+            )
+        if options.generator is None:
+            raise EdgeKDError(
+                "mate needs a masked-LM generator that reads the teacher's vocabulary: "
+                "pass --generator ID_OR_FOLDER"
+            )
+
+    @classmethod
+    def build(cls, options: MateOptions, run: MethodRun) -> MateKD:
+        if run.tok.tokenizer.get_vocab() != dict(run.teacher_tok.get_vocab()):
+            raise EdgeKDError(
+                "mate rewrites the teacher's tokens, which the student must read too: use "
+                "the bert or mobilebert student with the teacher's vocabulary"
+            )
+        assert options.generator is not None  # `check` refused a missing one
+        return cls(
+            run.teacher,
+            load_generator(options.generator, run.teacher_tok),
+            list(run.teacher_tok.all_special_ids),
+            run.teacher_tok.mask_token_id,
+            options.mask,
+            options.tau,
+            options.generator_lr,
+            options.weight,
+            options.max_every,
+            run.cfg.seed,
+        )
+
+    def loss(self, step: Step) -> torch.Tensor:
+        return self(step.model, step.student, step.batch)
+
+    def state(self) -> MethodState:
+        # The generator resumes as trained so far; its draws (positions, Gumbel noise)
+        # go on from where they stopped.
+        return MethodState(
+            modules={"mate_generator": self.generator}, torch_generators={"mate": self.rng}
+        )
 
     def __init__(
         self,

@@ -12,12 +12,17 @@ disagrees with the teacher most (the "max" step), then minimises its loss there
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from pydantic import Field
 
 from edgekd.config import StrictModel
+from edgekd.distill.methods import MethodRun, TrainingMethod
+from edgekd.errors import EdgeKDError
+
+if TYPE_CHECKING:
+    from edgekd.config import DistillConfig
 
 
 def kl_rows(teacher: np.ndarray, student: np.ndarray) -> np.ndarray:
@@ -35,11 +40,26 @@ class MinimaxOptions(StrictModel):
     k: int = Field(2, ge=1, description="Candidates kept per text each epoch, most divergent.")
 
 
-class MinimaxSelector:
+class MinimaxSelector(TrainingMethod):
     """Picks, per source text, the `k` candidates the student gets most wrong."""
 
     stage: ClassVar[str] = "select"  # chooses among augmented rows, once per epoch
+    selects: ClassVar[bool] = True
     Config = MinimaxOptions
+
+    @classmethod
+    def check(cls, cfg: DistillConfig, student_cls: Any, options: MinimaxOptions) -> None:
+        from edgekd.distill.augment import methods_of_stage
+
+        if not methods_of_stage(cfg.augment.methods, "text"):
+            raise EdgeKDError(
+                "minimax selects among augmented variants; add a text augmenter, "
+                "e.g. --augment tang,minimax"
+            )
+
+    @classmethod
+    def build(cls, options: MinimaxOptions, run: MethodRun) -> MinimaxSelector:
+        return cls(np.array(run.sources, dtype=np.int64), options.k)
 
     def __init__(self, sources: np.ndarray, k: int) -> None:
         if k < 1:

@@ -35,6 +35,8 @@ from pydantic import Field
 
 from edgekd.config import StrictModel
 from edgekd.distill.losses import NO_LABEL
+from edgekd.distill.methods import MethodRun, MethodState, Step, TrainingMethod
+from edgekd.errors import EdgeKDError
 from edgekd.students.tokenizer import StudentTokenizer
 
 EMPTY = -1  # a position where this side of the pair has no token: a zero vector
@@ -135,10 +137,11 @@ class MixupOptions(StrictModel):
     alpha_tmkd: float = Field(1.0, ge=0, description="Weight of the teacher MSE on mixes.")
 
 
-class MixKD:
+class MixKD(TrainingMethod):
     """The MixKD term for one training run; `__call__` gives its loss on one batch."""
 
     stage: ClassVar[str] = "batch"  # runs inside the training loop, not on the text
+    needs_teacher: ClassVar[bool] = True  # the teacher reads each mixed pair
     Config = MixupOptions
 
     def __init__(
@@ -153,6 +156,27 @@ class MixKD:
         self.teacher, self.alignment = teacher, alignment
         self.alpha, self.alpha_sm, self.alpha_tmkd = alpha, alpha_sm, alpha_tmkd
         self.rng = np.random.default_rng(seed)
+
+    @classmethod
+    def build(cls, options: MixupOptions, run: MethodRun) -> MixKD:
+        if run.pairs and not run.tok.add_special_tokens:
+            raise EdgeKDError(
+                "mixup mixes one token sequence per row; for sentence pairs use --student bert"
+            )
+        return cls(
+            run.teacher,
+            TeacherAlignment(run.tok, run.teacher_tok, run.cfg.teacher_max_length),
+            options.alpha,
+            options.alpha_sm,
+            options.alpha_tmkd,
+            run.cfg.seed,
+        )
+
+    def loss(self, step: Step) -> torch.Tensor:
+        return self(step.model, step.batch, step.texts, step.gold)
+
+    def state(self) -> MethodState:
+        return MethodState(generators={"mixkd": self.rng})  # its draws go on where they stopped
 
     def sample(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(perm, λ): a random partner per row and its Beta(a, a) weight."""

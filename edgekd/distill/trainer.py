@@ -25,6 +25,13 @@ import torch
 
 from edgekd.config import DistillConfig
 from edgekd.data import Split, bucketed_batches
+from edgekd.distill.methods import (
+    MethodRun,
+    Step,
+    TrainingMethod,
+    build_methods,
+    methods_state,
+)
 from edgekd.errors import EdgeKDError
 from edgekd.progress import console, progress_bar
 from edgekd.registry import LAYER_LOSSES, LOSSES, STUDENTS
@@ -67,22 +74,25 @@ def lr_factor(step: int, total: int, warmup: int, decay: str) -> float:
 
 class Extras:
     """What a run adds to the plain loop: an online teacher for intermediate-layer
-    losses, MixKD and MATE-KD, and minimax selection among augmented rows."""
+    losses and for methods that read it, and the training-time methods
+    (`edgekd.distill.methods`: MixKD, MATE-KD, minimax, early exit, a user's own)."""
 
     def __init__(
         self,
         teacher: Any = None,
         teacher_tokenizer: Any = None,
         layer_loss: Any = None,
-        mixkd: Any = None,
-        selector: Any = None,
+        methods: list[TrainingMethod] | None = None,
         n_original: int = 0,
-        mate: Any = None,
     ) -> None:
         self.teacher, self.teacher_tokenizer = teacher, teacher_tokenizer
-        self.layer_loss, self.mixkd, self.selector = layer_loss, mixkd, selector
-        self.n_original = n_original
-        self.mate = mate
+        self.layer_loss, self.n_original = layer_loss, n_original
+        self.methods = methods or []
+
+    @property
+    def selector(self) -> TrainingMethod | None:
+        """The method that picks each epoch's augmented rows (`listed_methods` allows one)."""
+        return next((m for m in self.methods if m.selects), None)
 
 
 def train_student(
@@ -134,7 +144,7 @@ def train_student(
     select_ids = cast(list[Any], tok.packed_ids(select.texts))
     labels = torch.tensor(train.labels)
     soft = torch.from_numpy(train_logits)
-    layer_loss, mixkd, selector = extras.layer_loss, extras.mixkd, extras.selector
+    layer_loss, methods, selector = extras.layer_loss, extras.methods, extras.selector
     teacher = extras.teacher
     # The teacher reads the student's own ids when they share a vocabulary (BERT
     # students): then hidden states and attention line up token by token.
@@ -206,10 +216,8 @@ def train_student(
     first_scored = 1 + (layer_loss.stage_epochs if layer_loss is not None else 0)
     min_epochs = max(loss_fn.min_epochs, first_scored)
 
-    # FastBERT's exits learn from the student's own last layer (`exit_self_distillation`).
     unwrapped_student = accelerator.unwrap_model(model)
-    has_exits = len(getattr(unwrapped_student, "exits", ())) > 0
-    exit_weight = float(unwrapped_student.config.exit_weight) if has_exits else 0.0
+    wants_features = any(m.needs_features for m in methods)
 
     def step_loss(batch: dict[str, Any], epoch: int) -> torch.Tensor:
         teacher_logits = batch.pop("teacher")
@@ -217,8 +225,8 @@ def train_student(
         rows = batch.pop("rows")
         t_batch = {k[2:]: batch.pop(k) for k in list(batch) if k.startswith("t_")}
         w_layer, w_pred = layer_loss.weights(epoch) if layer_loss is not None else (0.0, 1.0)
-        exits = w_pred > 0 and exit_weight > 0
-        if w_layer > 0 or exits:
+        s_feat = None
+        if w_layer > 0 or (w_pred > 0 and wants_features):
             attention = w_layer > 0 and layer_loss.needs_attention
             s_feat = student_features(model, batch, attention)
             logits = s_feat.logits
@@ -231,27 +239,28 @@ def train_student(
             loss = loss + w_layer * layer_loss(s_feat, t_feat)
         if w_pred > 0:
             loss = loss + w_pred * loss_fn(logits, teacher_logits, gold)
-        if exits:
-            loss = loss + exit_weight * exit_self_distillation(unwrapped_student, s_feat)
-        if mixkd is not None and w_pred > 0:
-            loss = loss + mixkd(model, batch, [train.texts[i] for i in rows.tolist()], gold)
-        if extras.mate is not None and w_pred > 0:
-            loss = loss + extras.mate(model, unwrapped_student, batch)
+            # The methods' terms join the prediction stage (not TinyBERT's layers-only one).
+            step = Step(
+                model, unwrapped_student, batch, logits, gold, epoch,
+                texts=lambda: [train.texts[i] for i in rows.tolist()], features=s_feat,
+            )  # fmt: skip
+            for method in methods:
+                term = method.loss(step)
+                if term is not None:
+                    loss = loss + term
         return loss
 
-    # What a checkpoint holds beyond the student: trainable layer-loss projections and
-    # MixKD's own generator; and what it must match: this config and these rows.
-    modules: dict[str, torch.nn.Module] = {}
+    # What a checkpoint holds beyond the student: trainable layer-loss projections, the
+    # weight average, and each method's own state; and what it must match: this config
+    # and these rows.
+    kept = methods_state(methods)
+    modules: dict[str, torch.nn.Module] = dict(kept.modules)
     if layer_loss is not None:
         modules["layer_loss"] = layer_loss
-    if extras.mate is not None:  # the generator resumes as trained so far
-        modules["mate_generator"] = extras.mate.generator
     averaged = weight_average(accelerator.unwrap_model(model), cfg.ema, len(loader))
     if averaged is not None:
         modules["ema"] = averaged
-    generators = {"mixkd": mixkd.rng} if mixkd is not None else {}
-    # MATE-KD's draws (positions, Gumbel noise) go on from where they stopped.
-    torch_generators = {"mate": extras.mate.rng} if extras.mate is not None else {}
+    generators, torch_generators = kept.generators, kept.torch_generators
     match = ckpt.fingerprint(cfg.model_dump(mode="json"), train.texts, train.labels)
     resume = ckpt.Resume()
     if checkpoint is not None:
@@ -406,28 +415,6 @@ def train_student(
 T = TypeVar("T")
 
 
-def exit_self_distillation(model: Any, features: Any) -> torch.Tensor:
-    """FastBERT's self-distillation (Liu et al. 2020, "FastBERT: a Self-distilling BERT with
-    Adaptive Inference Time", arXiv:2004.02178): L = Σ_{m<M} KL(p_m ‖ p_M), with p_m the
-    exit after layer m and p_M the student's own last layer, as the paper writes it.
-
-    The exits read detached hidden states and the last layer's distribution is a fixed
-    target: the paper freezes the backbone while the branches learn, and so does this
-    term, though it trains beside the prediction loss, which alone moves the backbone.
-    """
-    import torch.nn.functional as F
-
-    hidden = tuple(h.detach() for h in features.hidden)
-    final = features.logits.detach()
-    *branches, _ = model.layer_logits(hidden, final, features.mask)
-    log_final = F.log_softmax(final, dim=-1)
-    loss = final.new_zeros(())
-    for logits in branches:
-        log_p = F.log_softmax(logits, dim=-1)
-        loss = loss + (log_p.exp() * (log_p - log_final)).sum(-1).mean()
-    return loss
-
-
 def split_between(batches: list[list[int]], processes: int) -> list[list[int]]:
     """Each batch cut into `processes` parts, in order: accelerate hands the k-th list
     item to process k mod `processes`, so each step's `batch_size` rows are shared out
@@ -534,26 +521,11 @@ def preflight(cfg: DistillConfig) -> None:
 
 
 def check_methods(cfg: DistillConfig, student_cls: Any) -> None:
-    """Refuse combinations that cannot work, before any data is read."""
-    from edgekd.distill.augment import method_options, methods_of_stage
+    """Refuse combinations that cannot work, before any data is read: each listed
+    training-time method's own `check`, then the intermediate loss's."""
+    from edgekd.distill.methods import check_methods as check_listed
 
-    methods = cfg.augment.methods
-    if methods_of_stage(methods, "select") and not methods_of_stage(methods, "text"):
-        raise EdgeKDError(
-            "minimax selects among augmented variants; add a text augmenter, "
-            "e.g. --augment tang,minimax"
-        )
-    if methods_of_stage(methods, "adversarial"):
-        if "hidden_states" not in student_cls.capabilities:
-            raise EdgeKDError(
-                "mate rewrites the teacher's tokens for teacher and student alike; use "
-                "--student bert (or mobilebert), which reads them"
-            )
-        if method_options(cfg.augment, "adversarial").generator is None:
-            raise EdgeKDError(
-                "mate needs a masked-LM generator that reads the teacher's vocabulary: "
-                "pass --generator ID_OR_FOLDER"
-            )
+    check_listed(cfg, student_cls)
     if cfg.intermediate is None:
         return
     name = cfg.intermediate.name
@@ -581,9 +553,7 @@ def build_extras(
     n_original: int,
     pairs: bool = False,
 ) -> Extras:
-    """The online teacher, layer loss, MixKD term and minimax selector the config asks for."""
-    from edgekd.distill.augment import method_options, methods_of_stage
-
+    """The online teacher, layer loss and training-time methods the config asks for."""
     extras = Extras(teacher_tokenizer=teacher_tok, n_original=n_original)
     if cfg.intermediate is not None:
         from edgekd.distill.layers import encoder_shape
@@ -606,50 +576,8 @@ def build_extras(
         except ValueError as e:  # e.g. more student layers than the teacher has
             raise EdgeKDError(f"intermediate {name!r}: {e}; fix intermediate.options") from None
         extras.teacher = teacher
-    if methods_of_stage(cfg.augment.methods, "batch"):
-        from edgekd.distill.mixup import MixKD, TeacherAlignment
-
-        if pairs and not tok.add_special_tokens:
-            raise EdgeKDError(
-                "mixup mixes one token sequence per row; for sentence pairs use --student bert"
-            )
-
-        mix = method_options(cfg.augment, "batch")
-        extras.mixkd = MixKD(
-            teacher,
-            TeacherAlignment(tok, teacher_tok, cfg.teacher_max_length),
-            mix.alpha,
-            mix.alpha_sm,
-            mix.alpha_tmkd,
-            cfg.seed,
-        )
+    run = MethodRun(cfg, student, tok, teacher, teacher_tok, sources, n_original, pairs)
+    extras.methods = build_methods(run)
+    if any(type(m).needs_teacher for m in extras.methods):
         extras.teacher = teacher
-    if methods_of_stage(cfg.augment.methods, "adversarial"):
-        from edgekd.distill.mate import MateKD, load_generator
-
-        if tok.tokenizer.get_vocab() != dict(teacher_tok.get_vocab()):
-            raise EdgeKDError(
-                "mate rewrites the teacher's tokens, which the student must read too: use "
-                "the bert or mobilebert student with the teacher's vocabulary"
-            )
-        mate = method_options(cfg.augment, "adversarial")
-        assert mate.generator is not None  # check_methods refused a missing one
-        extras.mate = MateKD(
-            teacher,
-            load_generator(mate.generator, teacher_tok),
-            list(teacher_tok.all_special_ids),
-            teacher_tok.mask_token_id,
-            mate.mask,
-            mate.tau,
-            mate.generator_lr,
-            mate.weight,
-            mate.max_every,
-            cfg.seed,
-        )
-        extras.teacher = teacher
-    if methods_of_stage(cfg.augment.methods, "select"):
-        from edgekd.distill.minimax import MinimaxSelector
-
-        k = method_options(cfg.augment, "select").k
-        extras.selector = MinimaxSelector(np.array(sources, dtype=np.int64), k)
     return extras
