@@ -70,9 +70,11 @@ def test_example_recipes_validate(name, monkeypatch):
     assert recipe.budget_model().max_bytes is not None
 
 
-def test_github_actions_workflow_calls_edgekd_with_valid_options():
-    """Every `edgekd` line in the example workflow parses against the real CLI, and
-    the check step writes the outputs the later steps read."""
+def test_github_action_calls_edgekd_with_valid_options():
+    """Every option the action (action.yml) passes to `edgekd`, and the default of each
+    input that is split into options, exists on the real CLI; tests/test_action.py runs
+    the steps themselves."""
+    import re
     import shlex
 
     import yaml
@@ -80,29 +82,44 @@ def test_github_actions_workflow_calls_edgekd_with_valid_options():
 
     from edgekd.cli import app
 
-    flow = yaml.safe_load((REPO / "examples" / "github-actions" / "edgekd-budget.yml").read_text())
-    steps = flow["jobs"]["distil-export-check"]["steps"]
+    action = yaml.safe_load((REPO / "action.yml").read_text())
     cli = get_command(app)
     seen = []
-    for step in steps:
-        for line in step.get("run", "").splitlines():
-            if line.strip().startswith("edgekd "):
-                name, *args = shlex.split(line.replace("\n", " "))[1:]
-                cli.commands[name].make_context(name, args)  # raises on a bad option
-                seen.append(name)
-    assert seen == ["distill", "export", "profile", "check", "check", "report"]
-    check = next(s for s in steps if s.get("id") == "check")["run"]
-    for flag in ("--junit runs/junit.xml", "--github-summary", "--bench-json runs/bench.json"):
-        assert flag in check
-    uses = {s.get("uses", "").split("@")[0]: s for s in steps}
-    assert uses["mikepenz/action-junit-report"]["with"]["report_paths"] == "runs/junit*.xml"
-    baseline = next(s for s in steps if s.get("id") == "baseline")["run"]
-    for flag in ("--baseline baseline/export", "--markdown runs/pr-comment.md", "--bmf"):
-        assert flag in baseline
-    comment = uses["marocchino/sticky-pull-request-comment"]["with"]
-    assert comment["path"] == "runs/pr-comment.md"
-    assert uses["dawidd6/action-download-artifact"]["with"]["name"] == "edgekd-run"
-    bench = uses["benchmark-action/github-action-benchmark"]["with"]
-    assert (
-        bench["tool"] == "customSmallerIsBetter" and bench["output-file-path"] == "runs/bench.json"
-    )
+    for step in action["runs"]["steps"]:
+        script = step.get("run", "").replace("\\\n", " ")
+        for line in script.splitlines():
+            if not line.strip().startswith("edgekd "):
+                continue
+            name, *args = shlex.split(line)[1:]
+            command = cli if name.startswith("-") else cli.commands[name]
+            known = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+            options = [a for a in ([name] if command is cli else args) if re.match(r"-", a)]
+            assert set(options) <= known, (line, set(options) - known)
+            seen.append(name)
+    assert seen == ["--version", "distill", "export", "profile", "check", "check", "report"]
+    defaults = {k: shlex.split(v.get("default", "")) for k, v in action["inputs"].items()}
+    for name, given, args in (
+        ("export", ["runs/student", "--out", "runs/export"], "export-args"),
+        ("profile", ["runs/export/model.int8.onnx"], "profile-args"),
+        ("check", ["runs/export"], "check-args"),
+    ):
+        cli.commands[name].make_context(name, [*given, *defaults[args]])  # raises if bad
+
+
+def test_github_actions_workflow_reads_the_actions_outputs():
+    """The example workflow is the action plus optional steps, each fed an output."""
+    import yaml
+
+    flow = yaml.safe_load((REPO / "examples" / "github-actions" / "edgekd-budget.yml").read_text())
+    steps = flow["jobs"]["distil-export-check"]["steps"]
+    assert not any("edgekd " in s.get("run", "") for s in steps)  # the action runs edgekd
+    uses = {s.get("uses", "").split("@")[0]: s.get("with", {}) for s in steps}
+    assert uses["edgekd/edgekd"]["teacher"] and uses["edgekd/edgekd"]["data"]
+    junit = uses["mikepenz/action-junit-report"]["report_paths"]
+    assert junit == "${{ steps.edgekd.outputs.junit }}"
+    bench = uses["benchmark-action/github-action-benchmark"]
+    assert bench["tool"] == "customSmallerIsBetter"
+    assert bench["output-file-path"] == "${{ steps.edgekd.outputs.bench-json }}"
+    bencher = next(s for s in steps if "bencher run" in s.get("run", ""))
+    assert "--adapter json" in bencher["run"]
+    assert bencher["env"]["BMF"] == "${{ steps.edgekd.outputs.bmf }}"
