@@ -1,7 +1,8 @@
 """Every knob as data: pydantic models, loaded from YAML with `safe_load`.
 
-CLI options override fields (`override`); the resolved config is written beside
-each artifact (`save_config`) so any result can be reproduced from it.
+Every command resolves its config from these models' defaults, a --config file, `-s`
+and the options typed, in that order (`edgekd.resolve`); the resolved config is
+written beside each artifact (`save_config`) so any result can be reproduced from it.
 """
 
 from __future__ import annotations
@@ -405,6 +406,23 @@ class DistillConfig(StrictModel):
     )
     seed: int = seed_field("Seed for subsampling, augmentation, init and batches")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _student_option_at_the_top(cls, data: Any) -> Any:
+        # `-s hidden_size=300` (or `hidden_size: 300`) reads as a student option but names
+        # no distill field: say the path that sets it.
+        if not isinstance(data, dict) or set(data) <= set(cls.model_fields):
+            return data
+        from edgekd.registry import STUDENTS
+
+        for key in set(data) - set(cls.model_fields):
+            if any(key in STUDENTS.config_model(n).model_fields for n in STUDENTS.names()):
+                raise EdgeKDError(
+                    f"distill has no field {key!r}; a student option is set as "
+                    f"-s student.options.{key}=VALUE (in a file: under student.options)"
+                )
+        return data
+
     @property
     def max_epochs(self) -> int:
         """`epochs`, or what it means unset: the budget's cap, or the default."""
@@ -429,6 +447,15 @@ class DistillConfig(StrictModel):
         # (This imports the components' modules, torch included; `--help` never gets here.)
         from edgekd.registry import AUGMENTERS, LAYER_LOSSES, LOSSES, STUDENTS
 
+        if "early_exit" in self.student.options:  # the student option with a flag of its own
+            able = [
+                n for n in STUDENTS.names() if "early_exit" in STUDENTS.config_model(n).model_fields
+            ]
+            if self.student.name not in able:
+                raise EdgeKDError(
+                    f"--early-exit needs a {' or '.join(able)} student (not "
+                    f"{self.student.name}); add --student {able[0]}"
+                )
         STUDENTS.options(self.student, "student")
         LOSSES.options(self.loss, "loss")
         own = getattr(STUDENTS.get(self.student.name), "default_intermediate", None)
@@ -566,13 +593,16 @@ class ProfileConfig(StrictModel):
     )
     vs: str | None = Field(None, description="Time this second model alternately; the ratio.")
     processes: int = Field(
-        1, ge=1, description=f"--vs: agent processes (interval spans them; ≤ {MAX_THREADS:,})."
+        # 3: one process's interval is overconfident (it missed 0 on identical models 6
+        # times in 40, three processes' once: benchmarks/results/baseline_gate.md).
+        3,
+        ge=1,
+        description=f"--vs: agent processes (interval spans them; ≤ {MAX_THREADS:,}).",
     )
 
     @model_validator(mode="after")
     def _runs_cover_trials(self) -> ProfileConfig:
-        if self.runs < self.trials:
-            raise ValueError(f"runs {self.runs} < trials {self.trials}: each trial needs a run")
+        runs_cover_trials(self.runs, self.trials)
         return self
 
     @model_validator(mode="after")
@@ -581,8 +611,9 @@ class ProfileConfig(StrictModel):
         # `ProfileConfig(...)` (edgekd check) refuses in one line too.
         if min(self.seq_lens) < 1 or max(self.seq_lens) > MAX_TOKENS:
             raise EdgeKDError(
-                f"seq_lens {self.seq_lens}: lengths are 1..{MAX_TOKENS:,} tokens (and at "
-                "most the model's max_position_embeddings); fix --seq-len / seq_lens"
+                f"seq_lens {self.seq_lens}: lengths are at least 1 token and at most "
+                f"{MAX_TOKENS:,} (and the model's max_position_embeddings); fix --seq-len / "
+                "seq_lens"
             )
         if self.runs > MAX_RUNS:
             raise EdgeKDError(f"runs {self.runs:,} is over {MAX_RUNS:,}; fix --runs / runs")
@@ -593,6 +624,16 @@ class ProfileConfig(StrictModel):
         return self
 
 
+class BaselineTiming(ProfileConfig):
+    """`edgekd check --baseline`: this run's model and the baseline's timed side by side,
+    alternating, in `processes` agents; a regression is called only when the ratio's 95%
+    interval clears the budget's margin (benchmarks/results/baseline_gate.md)."""
+
+    # Twice the profile's runs and trials: the verdict rests on a ratio's interval.
+    runs: int = Field(400, ge=1, description=f"Timed runs per model per process (≤ {MAX_RUNS:,}).")
+    trials: int = Field(10, ge=2, description="Trials per process, each a ratio pair (≤ runs).")
+
+
 class ExportConfig(StrictModel):
     opset: int = Field(
         17,
@@ -600,10 +641,14 @@ class ExportConfig(StrictModel):
         description=f"ONNX opset of the exported graph: {MIN_OPSET} up to what the installed "
         "onnx supports (onnx.defs.onnx_opset_version()).",
     )
-    # The CLI spells int8 as a flag (`edgekd export --int8`, off unless given); a recipe
-    # or the Python API ships int8 unless told not to, as a budget gates int8 by default.
+    # A recipe or the Python API ships int8 unless told not to, as a budget gates int8
+    # by default. The command line asks for it with a flag (`edgekd export --int8`): there
+    # an int8 option without it is an error, not a silent no-op. `command_line` is that
+    # default, under a --config file's (edgekd.resolve).
     int8: StrictBool = Field(
-        True, description="Also write model.int8.onnx (kept only if it beats fp32; see guard)."
+        True,
+        description="Also write model.int8.onnx (kept only if it beats fp32; see guard).",
+        json_schema_extra={"command_line": False},
     )
     int8_mode: Int8Mode = Field(
         "dynamic",
@@ -739,12 +784,15 @@ class ExportConfig(StrictModel):
         if not self.int8:
             moot = sorted(changed & INT8_OPTIONS)
             if moot:
-                raise ValueError(f"{', '.join(moot)} only apply to int8; set int8: true")
+                raise ValueError(
+                    f"{', '.join(moot)} only {_apply(moot)} to int8 models; add --int8 (int8: true)"
+                )
         if self.int8_mode != "static":
             moot = sorted(changed & STATIC_OPTIONS)
             if moot:
                 raise ValueError(
-                    f"{', '.join(moot)} only apply to static int8; set int8_mode: static"
+                    f"{', '.join(moot)} only {_apply(moot)} to static int8; add --int8-mode "
+                    "static (int8_mode: static)"
                 )
         return self
 
@@ -760,6 +808,10 @@ BUILTIN_FORMATS = {
 # Export options with no effect without int8, and those with none without static int8.
 INT8_OPTIONS = {"int8_mode", "preset", "per_channel", "reduce_range", "max_int8_drop"}
 STATIC_OPTIONS = {"calibration", "calibration_samples"}
+
+
+def _apply(fields: list[str]) -> str:
+    return "applies" if len(fields) == 1 else "apply"
 
 
 # The candidates `edgekd plan` builds when none are given: Tang et al.'s BiLSTM at three
@@ -814,6 +866,18 @@ class PlanConfig(StrictModel):
         for i, c in enumerate(value):
             STUDENTS.options(c, f"grid[{i}]")  # registered, and its options valid
         return value
+
+    @model_validator(mode="after")
+    def _runs_cover_trials(self) -> PlanConfig:
+        runs_cover_trials(self.runs, self.trials)
+        return self
+
+
+def runs_cover_trials(runs: int, trials: int) -> None:
+    """The timing rule of every config that times (ProfileConfig, PlanConfig): at
+    least one timed run per trial."""
+    if runs < trials:
+        raise ValueError(f"runs {runs} < trials {trials}: each trial needs a run")
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -993,6 +1057,8 @@ def validate(model: type[M], data: Any, source: str) -> M:
     except ValidationError as e:
         where, message = first_error(e)
         err = e.errors()[0]
+        if not err["loc"]:  # a rule across fields (a model validator): in its own words
+            raise EdgeKDError(f"{source}: {message.removeprefix('Value error, ')}", 2) from None
         if err["type"] == "extra_forbidden":  # a typo or a field of another config
             valid = fields_at(model, err["loc"][:-1])
             if valid:
@@ -1036,14 +1102,20 @@ def parse_sets(pairs: list[str] | None, flag: str = "--set") -> dict[str, Any]:
 
 
 def apply_sets(
-    data: Any, sets: dict[str, Any], model: type[BaseModel] | None = None, flag: str = "--set"
+    data: Any,
+    sets: dict[str, Any],
+    model: type[BaseModel] | None = None,
+    flag: str = "--set",
+    spell: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Plain config data with each dotted field set: the one override syntax of every
     command and of recipes. A step into a list of components picks the one of that
     name (`augment.methods.minimax.options.k`), and a bare component name is short for
     `{name: ...}`, so `student.options.hidden_size=300` works on `student: bilstm`.
     With `model` (the config the data is for), a section the data leaves out starts
-    from its default component: `student.options.x` on a file without `student`."""
+    from its default component: `student.options.x` on a file without `student`.
+    `flag` names where the fields came from in an error; `spell` says how the user
+    writes a dotted field (`augment.methods`: `--augment`)."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -1055,7 +1127,7 @@ def apply_sets(
         for i, part in enumerate(parents):
             here = ".".join(parents[: i + 1])
             if isinstance(node, list):
-                node, cls = _component_in(node, part, here, flag), None
+                node, cls = _component_in(node, part, here, flag, spell or {}), None
                 continue
             default, section, component = _section_default(cls, part)
             child = node.setdefault(part, default)
@@ -1086,12 +1158,16 @@ def _section_default(model: type[BaseModel] | None, name: str) -> tuple[Any, Any
     component = info.annotation is Component or Component in get_args(info.annotation)
     if isinstance(default, Component):
         return {"name": default.name}, None, True
+    if isinstance(default, list) and default and isinstance(default[0], Component):
+        return [c.model_dump() for c in default], None, True  # augment.methods: [tang]
     if isinstance(default, BaseModel):
         return {}, type(default), False
     return {}, None, component
 
 
-def _component_in(items: list[Any], name: str, where: str, flag: str) -> dict[str, Any]:
+def _component_in(
+    items: list[Any], name: str, where: str, flag: str, spell: dict[str, str]
+) -> dict[str, Any]:
     """The entry of a component list named `name`, as a mapping (made one in place)."""
     for i, item in enumerate(items):
         if item == name:
@@ -1100,9 +1176,10 @@ def _component_in(items: list[Any], name: str, where: str, flag: str) -> dict[st
         if isinstance(item, dict) and item.get("name") == name:
             return item
     names = [x if isinstance(x, str) else x.get("name") for x in items if isinstance(x, str | dict)]
+    listed = where.rpartition(".")[0] or where
     raise EdgeKDError(
-        f"{flag}: {where.rpartition('.')[0] or where} has no {name!r} (it lists "
-        f"{', '.join(map(str, names)) or 'none'}); add it first"
+        f"{flag}: {listed} has no {name!r} (it lists {', '.join(map(str, names)) or 'none'}); "
+        f"add {name} to {spell.get(listed, listed)} first"
     )
 
 

@@ -46,7 +46,6 @@ from edgekd.config import (
     ProfileConfig,
     StrictModel,
     TeacherConfig,
-    apply_sets,
     load_yaml,
     seed_field,
     validate,
@@ -55,6 +54,7 @@ from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, check_not_input, claim_folder, config_inputs, sha256_file
 from edgekd.progress import console, shown
 from edgekd.registry import Component
+from edgekd.resolve import layered
 
 SAFE_NAME = re.compile(PLAIN_NAME)
 
@@ -178,7 +178,8 @@ class Recipe(StrictModel):
         cfg = validate(PlanConfig, fields, "recipe plan")
         # A candidate is timed as it will be distilled: the recipe's own student options
         # (distill.student) under the candidate's, when it names the same student.
-        base = Component.model_validate(self.distill.get("student", "bilstm"))
+        default = DistillConfig.model_fields["student"].get_default(call_default_factory=True)
+        base = Component.model_validate(self.distill.get("student", default))
         grid = [
             c.model_copy(update={"options": {**base.options, **c.options}})
             if c.name == base.name
@@ -242,7 +243,8 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
     data = load_yaml(path)
     if not isinstance(data, dict):
         raise EdgeKDError(f"{path} must be a YAML mapping (name, data, teacher, ...)", 2)
-    recipe = validate(Recipe, apply_sets(data, overrides or {}, Recipe), str(path))
+    # `-s` over the file, as every command resolves its config (edgekd.resolve).
+    recipe = validate(Recipe, layered(Recipe, data, overrides), str(path))
     # Every section fails now, before hours of training, not when its stage starts.
     from edgekd.distill.trainer import preflight
 

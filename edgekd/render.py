@@ -8,18 +8,108 @@ escaped) and into a plain line through `printable`; the consoles are `SafeConsol
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from edgekd.artifacts import CheckResult, ExportReport, PlanResult, QuickstartSummary
-from edgekd.errors import printable
+from edgekd.artifacts import (
+    CheckResult,
+    DistillMetrics,
+    EvalResult,
+    ExportReport,
+    PlanResult,
+    ProfileResult,
+    ProfileSweep,
+    QuickstartSummary,
+    TeacherMetrics,
+    TrimReport,
+)
+from edgekd.errors import printable, printable_json
 
 
 def echo(line: str) -> None:
     """One plain line on stdout, its control characters made visible."""
     typer.echo(printable(line))
+
+
+def print_teacher(m: TeacherMetrics, out: Path) -> None:
+    echo(f"teacher: dev accuracy {m.dev_accuracy:.4f} → {out}")
+
+
+def print_distill(m: DistillMetrics, out: Path) -> None:
+    """The student's line (once, however many processes trained it), then TF-IDF's."""
+    from edgekd.progress import main_process
+
+    if not main_process():
+        return
+    echo(
+        f"student: accuracy {m.student_accuracy:.4f} (teacher {m.teacher_accuracy:.4f}, "
+        f"agreement {m.agreement:.4f}, {m.params:,} params) → {out}"
+    )
+    if m.tfidf is not None:
+        margin = 100 * (m.student_accuracy - m.tfidf.accuracy)
+        echo(f"TF-IDF + LR on the same rows: {m.tfidf.accuracy:.4f} (student {margin:+.1f} pt)")
+
+
+def print_eval(r: EvalResult, model: str) -> None:
+    echo(f"{model}: accuracy {r.accuracy:.4f} on {r.n} dev rows")
+
+
+def print_trim(r: TrimReport, out: Path) -> None:
+    echo(
+        f"vocabulary {r.vocab_before:,} → {r.vocab_after:,} tokens, dev accuracy "
+        f"{r.dev_accuracy_before:.4f} → {r.dev_accuracy_after:.4f} → {out}"
+    )
+
+
+def print_predictions(rows: list[Any], results: list[dict[str, Any]], as_json: bool) -> None:
+    """One line per text: a JSON object, or label, probabilities and text tab-separated
+    (each field through `printable`, so a text's tab, line break or escape sequence
+    cannot add a column, a row or a colour)."""
+    for text, r in zip(rows, results, strict=True):
+        if as_json:
+            typer.echo(printable_json(json.dumps({"text": text, **r}, ensure_ascii=False)))
+            continue
+        probs = "  ".join(f"{printable(k)} {v:.3f}" for k, v in r["probabilities"].items())
+        shown = text if isinstance(text, str) else " ⟂ ".join(text)
+        typer.echo(f"{printable(r['label'])}\t{probs}\t{printable(shown)}")
+
+
+def print_devices(specs: dict[str, Any]) -> None:
+    """One line per device spec (name → spec): its runner, where it runs, threads and
+    int8 preset."""
+    for name, spec in specs.items():
+        own = spec.options
+        where = own.get("host") or own.get("serial")
+        where = where or ("set host" if spec.runner == "ssh" else "this machine")
+        if spec.runner == "adb" and not own.get("serial"):
+            where = "the one attached phone"
+        echo(
+            f"{name}: runner={spec.runner} ({where}) threads={spec.threads} "
+            f"preset={spec.int8_preset()} — {spec.description}"
+        )
+
+
+def print_profile_result(result: ProfileResult | ProfileSweep) -> None:
+    """A sweep's table, an A/B ratio's, or one model's."""
+    if isinstance(result, ProfileSweep):
+        print_sweep([r.model_dump(exclude_none=True) for r in result.sweep])
+    elif result.vs:
+        print_vs(result.model_dump(exclude_none=True))
+    else:
+        print_profile(result.model_dump(exclude_none=True))
+
+
+def print_verdict(result: CheckResult, json_out: str | None) -> None:
+    """The verdict as JSON on stdout (`--json -`), else as tables (and to a JSON file)."""
+    if json_out == "-":
+        typer.echo(printable_json(result.model_dump_json(indent=2)))
+        return
+    print_check(result)
+    if json_out:
+        result.write(Path(json_out))
 
 
 def print_profile(r: dict[str, Any]) -> None:
@@ -161,8 +251,9 @@ def print_check(result: CheckResult) -> None:
         console.print(f"note: {note}", markup=False, highlight=False)
 
 
-def print_plan(result: PlanResult) -> None:
-    """The candidates, fitting ones first (ranked), each with what it costs."""
+def print_plan(result: PlanResult, out: Path | None = None) -> None:
+    """The candidates, fitting ones first (ranked), each with what it costs; then where
+    plan.json went (`out`)."""
     from rich.table import Table
 
     from edgekd.progress import SafeConsole, shown
@@ -197,6 +288,8 @@ def print_plan(result: PlanResult) -> None:
             "[green]yes[/]" if c.fits else f"[red]no: {shown(', '.join(c.failed))}[/]",
         )
     SafeConsole().print(table)
+    if out is not None:
+        echo(f"plan → {out}")
 
 
 def print_export(r: ExportReport, out: Path) -> None:

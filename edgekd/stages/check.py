@@ -22,7 +22,7 @@ from edgekd.budget import (
     load_budget,
     resolve_shipped,
 )
-from edgekd.config import ProfileConfig, apply_sets, validate
+from edgekd.config import BaselineTiming, ProfileConfig, apply_sets, validate
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_write_text
 from edgekd.stages.baseline import baseline_side, compare, current_side
@@ -50,6 +50,9 @@ def check(
     also compared with the baseline's (`edgekd.stages.baseline`): latency timed side
     by side under `timing` (its device, runs, trials, processes, length), bytes, and
     accuracy and agreement row by row; `budget` may then be None (default margins)."""
+    for flag, given in (("--baseline", baseline), ("--budget", budget)):
+        if isinstance(given, str | Path) and not Path(given).exists():  # before any work
+            raise EdgeKDError(f"{flag} {given} does not exist; check the path")
     path = None
     if budget is None:
         if baseline is None:
@@ -68,7 +71,7 @@ def check(
     notes: list[str] = []
     if baseline is not None:
         now = current_side(dirs, wanted)  # before the baseline: refuse cheap errors first
-        timing = timing or BASELINE_TIMING
+        timing = timing or BaselineTiming()
         timing = timing.model_copy(
             update={
                 "devices": [device or b.device or timing.devices[0]],
@@ -107,12 +110,6 @@ def check(
         junit = out / (f"junit-{device}.xml" if device else "junit.xml")
         atomic_write_text(junit, junit_xml(result))
     return result
-
-
-# How `--baseline` times both models unless told otherwise (the CLI's defaults): 3 agent
-# processes, because one process's interval is overconfident (it missed 0 on identical
-# models 6 times in 40, three processes' once: benchmarks/results/baseline_gate.md).
-BASELINE_TIMING = ProfileConfig(runs=400, trials=10, processes=3)
 
 
 def has_limits(budget: Budget) -> bool:

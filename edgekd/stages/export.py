@@ -41,6 +41,50 @@ def student_data_config(student_dir: Path) -> DataConfig | None:
     return validate(DistillConfig, load_yaml(path), str(path)).data
 
 
+def rescore_data(student_dir: Path, spec: str | None) -> DataConfig | None:
+    """The data to re-score on: `spec` read as the student's own data was (its columns
+    and splits), else the student's own; None when neither is known."""
+    data = student_data_config(student_dir) if student_dir.is_dir() else None
+    if spec is None:
+        return data
+    return (data or DataConfig()).model_copy(update={"spec": spec})
+
+
+def for_device(
+    cfg: ExportConfig, device: str | None, preset_given: bool, budget_given: bool
+) -> ExportConfig:
+    """`cfg` for the target `device` (`edgekd export --device`): its spec's int8 preset,
+    over the config's unless a preset was typed (`preset_given`). Without int8 a device
+    only names the budget section an exit threshold holds (`budget_given`)."""
+    if device is None or (not cfg.int8 and budget_given):
+        return cfg
+    if not cfg.int8:
+        raise EdgeKDError("--device only applies to int8 models; add --int8")
+    if preset_given:
+        return cfg
+    from edgekd.devices.base import load_spec
+
+    return cfg.model_copy(update={"preset": load_spec(device).int8_preset()})
+
+
+def exit_terms(budget: str | Path, device: str | None) -> dict[str, Any]:
+    """What an early-exit student's threshold must hold, from a budget (its `device`
+    entry where it has one): its min_agreement and min_accuracy, as export fields."""
+    from edgekd.budget import load_budget
+
+    limits = load_budget(budget)
+    limits = limits.for_device(device) if device in limits.devices else limits
+    if limits.min_agreement is None and limits.min_accuracy is None:
+        raise EdgeKDError(
+            f"{budget} sets neither min_accuracy nor min_agreement for an exit threshold to "
+            "hold; add one, or pass --exit-threshold"
+        )
+    terms: dict[str, Any] = {"exit_min_accuracy": limits.min_accuracy}
+    if limits.min_agreement is not None:
+        terms["exit_min_agreement"] = limits.min_agreement
+    return terms
+
+
 def rows_sha256(texts: list[Any], labels: list[int]) -> str:
     """Which dev rows predictions were made on: their texts and gold labels, in order.
     Two exports with the same digest can be compared row by row."""
