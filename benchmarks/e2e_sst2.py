@@ -1,15 +1,24 @@
 """The one-file model (`export --e2e`) against the two-step path on SST-2: string in,
-label out, timed side by side; sizes and load times.
+label out, timed side by side at batch 1 and batch 32; sizes and load times.
 
     python benchmarks/e2e_sst2.py [--student DIR] [--runs 400] [--trials 10]
 
 The student (default: the default benchmark's seed-0 student) is exported with
 `--int8 --e2e`; the export itself checks the one-file model's label on all 872 dev
-rows against the Python tokenizer path. Then `edgekd profile model.int8.onnx --vs
-model.e2e.onnx --data sst2`'s measurement: both models in one agent process per
-run (3 processes), alternating trials, each call one dev text (cycling through all
-872) from string to label: the tokenizers library + onnxruntime for the int8 model,
-onnxruntime alone for model.e2e.onnx. 1 thread, batch 1.
+rows against the Python tokenizer path, at batch 1, 8 and 32. Then two timings, each
+alternating the two paths trial by trial (A B, B A, ...) so a busy spell of the
+machine falls on both, and reporting the median of the per-trial ratios:
+
+- latency, batch 1: `edgekd profile model.int8.onnx --vs model.e2e.onnx --data sst2`'s
+  measurement: both models in one agent process per run (3 processes), each call one
+  dev text (cycling through all 872) from string to label: the tokenizers library +
+  onnxruntime for the int8 model, onnxruntime alone for model.e2e.onnx. 1 thread.
+- throughput, rows/s at batch 1 and 32: `--trials` passes over the 872 dev rows in
+  order, `batch` rows a call, in this process: `OnnxPredictor`'s own feed
+  (StudentTokenizer: tokenizers' encode_batch, numpy padding) + onnxruntime, against
+  one model.e2e.onnx call on the batch's strings. 1 onnxruntime thread each, and
+  TOKENIZERS_PARALLELISM=false: the tokenizers library would otherwise spread a batch
+  over both cores while the one-file model's tokenizer runs on one.
 
 Writes benchmarks/results/e2e_sst2.json and e2e_sst2.md.
 EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
@@ -19,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 from pathlib import Path
@@ -29,6 +39,7 @@ import smoke  # benchmarks/ is on the path of its own scripts
 REPO = Path(__file__).resolve().parents[1]
 WORK = smoke.runs_dir(REPO / "runs" / "bench-e2e")
 DEFAULT_STUDENT = smoke.runs_dir(REPO / "runs" / "bench-default") / "sst2-seed0" / "student"
+BATCHES = (1, 32)  # one request a call, and a CPU service's batch of 32
 
 
 def main() -> None:
@@ -40,6 +51,8 @@ def main() -> None:
     args = p.parse_args()
     args.runs = smoke.at_most(args.runs, smoke.RUNS)
     args.trials = smoke.at_most(args.trials, smoke.TRIALS)
+    # Before the tokenizers library first runs: its encode_batch then stays on one thread.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
     from edgekd.artifacts import E2E_MODEL, MODEL_FILES, ExportReport
     from edgekd.config import ExportConfig
@@ -61,6 +74,7 @@ def main() -> None:
         two_step, "local-cpu", 1, args.runs, 20, 64, texts, args.trials, vs=one_file, processes=3
     )
     vs = r["vs"]
+    rates = throughput(two_step, one_file, texts, args.trials)
     result: dict[str, Any] = {
         "command": f"python benchmarks/e2e_sst2.py --runs {args.runs} --trials {args.trials}",
         "smoke": smoke.SMOKE,
@@ -90,6 +104,8 @@ def main() -> None:
         "ratio_p90": vs["p90_ratio_b_over_a"],
         "ratio_p90_ci95": vs["p90_ratio_ci95"],
         "accuracy": ExportReport.read(WORK).models[report.e2e.source].accuracy,
+        "max_probability_diff_by_batch": report.e2e["max_probability_diff_by_batch"],
+        "throughput": rates,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "e2e_sst2.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -97,18 +113,65 @@ def main() -> None:
     print(smoke.markdown(markdown(result)))
 
 
+def throughput(two_step: Path, one_file: Path, texts: list[str], trials: int) -> list[dict]:
+    """Rows/s of both paths at each of BATCHES: a timed call is one pass over `texts`
+    in order, `batch` rows a call; the two paths alternate pass by pass."""
+    import numpy as np
+
+    from edgekd.devices.agent import alternate
+    from edgekd.students.predict import E2EPredictor, OnnxPredictor
+
+    ids_path = OnnxPredictor(two_step, threads=1)
+    file_path = E2EPredictor(one_file, threads=1)
+    out = []
+    for batch in BATCHES:
+        chunks = [texts[a : a + batch] for a in range(0, len(texts), batch)]
+
+        def tokenized(chunks: list[list[str]] = chunks) -> None:
+            for chunk in chunks:
+                ids_path.session.run(None, ids_path.feed(ids_path.tokenizer.ids(chunk)))
+
+        def in_graph(chunks: list[list[str]] = chunks) -> None:
+            for chunk in chunks:
+                file_path.session.run(["label"], {"text": np.array(chunk, dtype=object)})
+
+        # A: the one-file model, B: the two-step path, so B/A of the times is the
+        # one-file model's rows/s over the two-step path's. One pass per trial, one
+        # warm-up pass each.
+        cmp = alternate(in_graph, tokenized, trials, 1, trials, seed=0)
+        lo, hi = cmp["ratio_ci95"]
+        out.append(
+            {
+                "batch": batch,
+                "calls_per_pass": len(chunks),
+                "two_step_rows_per_s": len(texts) / (cmp["b"]["p50_ms"] / 1000),
+                "one_file_rows_per_s": len(texts) / (cmp["a"]["p50_ms"] / 1000),
+                "ratio": cmp["ratio_b_over_a"],
+                "ratio_ci95": [lo, hi],
+                "trial_ratios": cmp["trial_ratios"],
+            }
+        )
+    return out
+
+
 def markdown(r: dict[str, Any]) -> str:
     a, b = r["two_step"], r["one_file"]
     lo, hi = r["ratio_p50_ci95"]
     lo9, hi9 = r["ratio_p90_ci95"]
+    sizes = list(r["max_probability_diff_by_batch"])
+    batches = ", ".join(sizes[:-1]) + f" and {sizes[-1]}"
     return (
         "\n".join(
             [
-                "# One-file text→label ONNX against tokenizer + ONNX (SST-2, 1 thread, batch 1)",
+                "# One-file text→label ONNX against tokenizer + ONNX (SST-2, 1 thread, batch 1 "
+                "and 32)",
                 "",
                 f"Command: `{r['command']}`. CPU: {r['cpu']}; revision {r['revision']}. Labels "
-                f"equal on {r['rows_checked']} of {r['rows_checked']} dev rows (max probability "
-                f"difference {r['max_probability_diff']:.1e}); dev accuracy {r['accuracy']:.4f}.",
+                f"equal on {r['rows_checked']} of {r['rows_checked']} dev rows at batch "
+                f"{batches} (max probability difference {r['max_probability_diff']:.1e}); dev "
+                f"accuracy {r['accuracy']:.4f}.",
+                "",
+                "Latency, one text a call (agent processes, p50/p90 of single calls):",
                 "",
                 "| path | files | bytes | load ms | p50 ms | p90 ms |",
                 "|---|---|---|---|---|---|",
@@ -120,6 +183,20 @@ def markdown(r: dict[str, Any]) -> str:
                 "",
                 f"One-file / two-step, side by side: p50 {r['ratio_p50']:.3f}× (95% CI {lo:.3f}-"
                 f"{hi:.3f}), p90 {r['ratio_p90']:.3f}× ({lo9:.3f}-{hi9:.3f}).",
+                "",
+                "Throughput, all dev rows in order, `batch` rows a call (one process, passes "
+                "alternating; rows/s are medians over passes, the ratio the median of the "
+                "per-pass ratios):",
+                "",
+                "| batch | tokenizers + onnxruntime rows/s | model.e2e.onnx rows/s | one-file / "
+                "two-step rows/s (95% CI) |",
+                "|---|---|---|---|",
+                *(
+                    f"| {t['batch']} | {t['two_step_rows_per_s']:,.0f} | "
+                    f"{t['one_file_rows_per_s']:,.0f} | {t['ratio']:.3f}× "
+                    f"({t['ratio_ci95'][0]:.3f}-{t['ratio_ci95'][1]:.3f}) |"
+                    for t in r["throughput"]
+                ),
             ]
         )
         + "\n"

@@ -130,8 +130,12 @@ class OnnxPredictor:
             enc["token_type_ids"] = np.zeros_like(enc["input_ids"])
         return {k: v for k, v in enc.items() if k in self.input_names}
 
-    def logits(self, texts: list[str], description: str | None = None) -> np.ndarray:
-        """Logits in the order of `texts`; with `description`, a progress bar."""
+    def logits(
+        self, texts: list[str], description: str | None = None, in_order: bool = False
+    ) -> np.ndarray:
+        """Logits in the order of `texts`; with `description`, a progress bar. Batches
+        are rows of similar length; `in_order`: consecutive rows instead, the batches a
+        caller sends (what the one-file model's export check compares it on)."""
         import contextlib
 
         check_rows(texts, self.pairs, self.path)
@@ -144,7 +148,12 @@ class OnnxPredictor:
 
                 bar = stack.enter_context(progress_bar())
                 job = bar.add_task(description, total=len(texts), rate="")
-            batches = length_sorted_batches(ids.lengths().tolist(), self.batch_size)
+            size = self.batch_size
+            batches = (
+                [list(range(a, min(a + size, len(texts)))) for a in range(0, len(texts), size)]
+                if in_order
+                else length_sorted_batches(ids.lengths().tolist(), size)
+            )
 
             def run(worker: int) -> None:
                 # onnxruntime releases the GIL inside run(): the workers overlap.
@@ -205,11 +214,15 @@ def extension_options(threads: int = 0) -> Any:
 
 
 class E2EPredictor:
-    """A one-file text→label model (`edgekd export --e2e`): one text, or one pair, per
-    call; label names from its own metadata. onnxruntime, numpy and
+    """A one-file text→label model (`edgekd export --e2e`): `batch_size` texts, or pairs,
+    per call; label names from its own metadata. onnxruntime, numpy and
     onnxruntime-extensions only."""
 
-    def __init__(self, path: str | Path, threads: int = 0) -> None:
+    def __init__(self, path: str | Path, threads: int = 0, batch_size: int = 32) -> None:
+        """`batch_size`: rows per call. 32 is where the one-file model was timed against
+        the two-step path (benchmarks/results/e2e_sst2.md); an int8 model scales its
+        activations over the whole call, so the same rows batched otherwise can differ
+        in the last digits (the export checks labels at batch 1, 8 and 32)."""
         import onnxruntime as ort
 
         self.path = Path(path)
@@ -229,13 +242,29 @@ class E2EPredictor:
         if not isinstance(labels, list) or not all(isinstance(n, str) for n in labels):
             raise EdgeKDError(f"{path}'s {E2E_LABELS} metadata is not a JSON list of names; {fix}")
         self.label_names = labels
+        # [N, 2] strings: a pair model. A file of edgekd before batching says `label` is
+        # [1] (its graph reads one row a call, a pair as a [2] tensor): still read so,
+        # one row a call, so a bundle shipped then keeps working.
+        self.pairs: bool | None = len(self.session.get_inputs()[0].shape) == 2
+        self.one_row = self.session.get_outputs()[0].shape == [1]
+        if self.one_row:
+            self.pairs = None  # that graph cannot tell; it reads what it is given
+        self.batch_size = 1 if self.one_row else batch_size
 
-    def probabilities(self, texts: list[Any]) -> np.ndarray:
-        """Class probabilities per text (a pair: a (first, second) tuple)."""
+    def probabilities(self, texts: list[Any], batch_size: int | None = None) -> np.ndarray:
+        """Class probabilities per text (a pair: a (first, second) tuple), `batch_size`
+        (default: the predictor's) consecutive rows a call."""
+        check_rows(texts, self.pairs, self.path)
+        size = 1 if self.one_row else batch_size or self.batch_size
         out = np.zeros((len(texts), len(self.label_names)), dtype=np.float32)
-        for i, text in enumerate(texts):
-            row = np.array([text] if isinstance(text, str) else list(text))
-            out[i] = self.session.run(["probabilities"], {"text": row})[0][0]
+        for start in range(0, len(texts), size):
+            chunk = texts[start : start + size]
+            if self.one_row:
+                text = chunk[0]
+                rows = np.array([text] if isinstance(text, str) else list(text), dtype=object)
+            else:  # [N] texts, or [N, 2] pairs
+                rows = np.array([list(t) for t in chunk] if self.pairs else chunk, object)
+            out[start : start + len(chunk)] = self.session.run(["probabilities"], {"text": rows})[0]
         return out
 
     def logits(self, texts: list[Any]) -> np.ndarray:
