@@ -1,4 +1,17 @@
-"""The README's commands and every file in examples/, run as written.
+"""Every command block of the documentation, and every file in examples/, run as written.
+
+The documentation is every Markdown page a user reads: README.md, the site's pages
+(docs/**/*.md, in the order of mkdocs.yml's nav) and the lab notes beside the benchmarks
+(benchmarks/*.md). Each ```bash block is one test, named by its page and the heading
+above it (`README.md: Step by step`, `docs/guides/devices.md: Devices and profiling`),
+so `-k guides/devices.md` runs one page. Each line of a block is one command
+(backslash continuations joined, comment lines dropped). Blocks run in that order in one
+sandbox, so a block may use what an earlier one wrote, as a reader's checkout would hold
+it; a page's block run on its own first runs the README's Step by step, where the
+guides start. Markers: `<!-- setup -->` or `<!-- test -->` right before a block leaves
+it to CI (below); any other `<!-- NAME -->` there names the block in its test id.
+```text, ```yaml and ```python blocks are shown, not run (the README's Python API
+block runs in tests/test_api.py).
 
 A sandbox stands in for a user's checkout: `work/` is the folder commands run from
 (examples/ and the benchmark scripts copied in, so nothing lands in the repository),
@@ -7,7 +20,7 @@ random 6-layer BERT under the reference teacher's path, and `.venv/bin/activate`
 interpreter's environment on PATH. Each command is handed to bash exactly as printed,
 so a renamed option, a moved file or a stale path fails here instead of for a user.
 
-Every command runs with EDGEKD_BENCH_SMOKE=1 (benchmarks/smoke.py): the README's
+Every command runs with EDGEKD_BENCH_SMOKE=1 (benchmarks/smoke.py): the documented
 benchmark commands run exactly as printed, and the variable shrinks the study, not the
 command (one seed, one epoch, the fewest methods, repeats and trials that reach every
 path), so a benchmark is checked for wiring in seconds instead of re-run in full. Each
@@ -15,7 +28,8 @@ must still write the results it documents, marked as a smoke run.
 
 The Raspberry Pi line reaches a stand-in `ssh` that runs the remote line on this
 machine (as the adb test's stand-in does for a phone). The README's set-up and test
-blocks are not run here: CI runs those itself (`.ci/run`).
+blocks are not run here: CI runs those itself (`.ci/run`), and the site shows them
+through snippets (`--8<-- "README.md:setup"`), not copies.
 """
 
 from __future__ import annotations
@@ -53,30 +67,73 @@ sys.exit(subprocess.run(["sh", "-c", line]).returncode)
 """
 
 
-def readme_blocks() -> list[tuple[str, list[str]]]:
-    """(heading, commands) of every ```bash block but the set-up and test ones, in order;
-    a command is one logical line (backslash continuations joined), comments left in."""
-    blocks, heading, marker = [], "", ""
-    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("#"):
-            heading = line.lstrip("# ").strip()
-        elif line.startswith("<!-- "):
-            marker = line[5:-4].strip()
-        elif line.strip() == "```bash":
-            body = []
-            i += 1
-            while lines[i].strip() != "```":
-                body.append(lines[i])
-                i += 1
-            if marker not in SKIPPED_BLOCKS:
-                text = "\n".join(body).replace("\\\n", " ")
-                commands = [c for c in text.splitlines() if c.strip() and not c.startswith("#")]
-                blocks.append((f"{heading} {marker}".strip(), commands))
-            marker = ""
-        i += 1
+FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*([\w+-]*)")  # its opening run and its language
+MARKER = re.compile(r"^<!-- ([\w-]+) -->$")  # <!-- main -->; not <!-- --8<-- [start:x] -->
+
+
+class _TagsAsNull(yaml.SafeLoader):
+    """mkdocs.yml may carry tags for MkDocs (`!ENV`, `!!python/name:`): read as null."""
+
+
+_TagsAsNull.add_multi_constructor("", lambda loader, suffix, node: None)
+
+
+def doc_files() -> list[str]:
+    """Every Markdown page a user reads, as paths from the repository root, in reading
+    order: README.md, the site's pages in mkdocs.yml's nav order (any page outside the nav
+    after them, sorted), then the lab notes beside the benchmarks."""
+
+    def nav_pages(node: object) -> list[str]:
+        if isinstance(node, dict):
+            node = list(node.values())
+        if isinstance(node, list):
+            return [page for child in node for page in nav_pages(child)]
+        return [f"docs/{node}"] if isinstance(node, str) else []
+
+    config = yaml.load((REPO / "mkdocs.yml").read_text(encoding="utf-8"), _TagsAsNull)
+    pages = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs").rglob("*.md"))
+    in_nav = [p for p in nav_pages(config.get("nav", [])) if p in pages]
+    notes = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "benchmarks").glob("*.md"))
+    return ["README.md", *in_nav, *(p for p in pages if p not in in_nav), *notes]
+
+
+def fences(page: str) -> list[tuple[str, str, str, list[str]]]:
+    """(heading, marker, language, lines) of every fenced block of a page, in order: the
+    heading above it (without an `{ #id }`), the `<!-- NAME -->` on the line right
+    before it (or ""), its language (or ""), its lines."""
+    found, heading, previous = [], "", ""
+    lines = iter((REPO / page).read_text(encoding="utf-8").splitlines())
+    for line in lines:
+        opened = FENCE.match(line)
+        if opened:
+            close, body = opened.group(1), []
+            for inner in lines:
+                if inner.strip().startswith(close) and not inner.strip().strip(close[0]):
+                    break
+                body.append(inner)
+            else:
+                raise AssertionError(f"{page}: a ``` block under '{heading}' is never closed")
+            marker = MARKER.match(previous)
+            found.append((heading, marker[1] if marker else "", opened.group(2), body))
+        elif line.startswith("#"):
+            heading = re.sub(r"\s*\{[^}]*\}\s*$", "", line.lstrip("# ")).strip()
+        previous = line.strip()
+    return found
+
+
+def doc_blocks(page: str) -> list[tuple[str, list[str]]]:
+    """(test id, commands) of every ```bash block of a page but the set-up and test ones;
+    a command is one logical line (backslash continuations joined), comment lines
+    dropped. The id is the page, the heading above the block and its marker."""
+    blocks: list[tuple[str, list[str]]] = []
+    for heading, marker, language, body in fences(page):
+        if language != "bash" or marker in SKIPPED_BLOCKS:
+            continue
+        text = "\n".join(body).replace("\\\n", " ")
+        commands = [c for c in text.splitlines() if c.strip() and not c.lstrip().startswith("#")]
+        name = f"{page}: {heading}" + (f" ({marker})" if marker else "")
+        twins = sum(1 for n, _ in blocks if n == name or n.startswith(f"{name} #"))
+        blocks.append((f"{name} #{twins + 1}" if twins else name, commands))
     return blocks
 
 
@@ -165,20 +222,36 @@ def bench_results(command: str) -> list[str]:
     return [f"{name}.json", f"{name}.md"]
 
 
-BLOCKS = readme_blocks()
+BLOCKS = [(page, name, commands) for page in doc_files() for name, commands in doc_blocks(page)]
+# Where the guides start: the README's chain, one command at a time. Its last command's
+# input, runs/bundle.zip, says it has run in this sandbox.
+STEPS, STEPS_DONE = "README.md: Step by step", "runs/bundle.zip"
 
 
-def test_readme_has_the_blocks_users_copy():
-    headings = " | ".join(h for h, _ in BLOCKS)
-    for expected in ("main", "Step by step", "One recipe", "Profiling and devices", "Benchmark"):
-        assert expected in headings, headings
-    commands = [c for _, block in BLOCKS for c in block]
-    assert any("edgekd export runs/student --out runs/export --int8" in c for c in commands)
+def test_readme_and_docs_have_the_blocks_users_copy():
+    names = [name for _, name, _ in BLOCKS]
+    assert "README.md: Main job (main)" in names and STEPS in names, names
+    pages = {page for page, _, _ in BLOCKS}
+    assert {"docs/guides/devices.md", "docs/guides/recipes.md", "docs/benchmarks/index.md"} <= pages
+    commands = " | ".join(c for _, _, block in BLOCKS for c in block)
+    for expected in (
+        "edgekd export runs/student --out runs/export --int8",
+        "edgekd run examples/recipe-sst2-bilstm.yaml",
+        "--device raspberry-pi-4 --host pi@raspberrypi.local",
+        "edgekd plan --teacher",
+        "python benchmarks/chain_sst2.py",
+    ):
+        assert expected in commands, expected
 
 
-@pytest.mark.parametrize("heading,commands", BLOCKS, ids=[h for h, _ in BLOCKS])
-def test_readme_block_runs_as_written(sandbox, heading, commands):
-    results = Path(str(sandbox["work"])) / "benchmarks" / "results"
+@pytest.mark.parametrize("page,name,commands", BLOCKS, ids=[name for _, name, _ in BLOCKS])
+def test_doc_block_runs_as_written(sandbox, page, name, commands):
+    work = Path(str(sandbox["work"]))
+    if page != "README.md" and not (work / STEPS_DONE).is_file():
+        # Run on its own (-k): a guide starts where the README's Step by step ends.
+        for command in next(block for _, n, block in BLOCKS if n == STEPS):
+            run(sandbox, command)
+    results = work / "benchmarks" / "results"
     for command in commands:
         written = [results / name for name in bench_results(command)]
         for path in written:  # what this command writes, not an earlier one
@@ -203,37 +276,3 @@ def test_example_runs_its_documented_command(sandbox, name):
     for command in commands:
         assert f"examples/{name}" in command, command
         run(sandbox, command)
-
-
-def test_github_actions_workflow_steps_run_in_order(sandbox):
-    """Every step that calls edgekd, with the workflow's placeholders pointed at the
-    sandbox's data, teacher and a shipped budget; then the files later steps upload."""
-    flow = yaml.safe_load((REPO / "examples" / "github-actions" / "edgekd-budget.yml").read_text())
-    steps = flow["jobs"]["distil-export-check"]["steps"]
-    work = sandbox["work"]
-    assert isinstance(work, Path)
-    summary = work / "step-summary.md"
-    env = {
-        "TEACHER": "../shared/models/sst2-minilm-teacher",
-        "DATA": "../shared/data/sst2",
-        "BUDGET": "examples/budget-devices.yaml",
-        "GITHUB_STEP_SUMMARY": str(summary),
-    }
-    assert set(env) - {"GITHUB_STEP_SUMMARY"} == set(flow["env"])  # every placeholder set
-    ran = []
-    for step in steps:
-        if step.get("uses", "").startswith("dawidd6/action-download-artifact"):
-            # main's artifact: here, this very export (an unchanged PR must pass).
-            shutil.copytree(work / "runs" / "export", work / step["with"]["path"] / "export")
-        command = step.get("run", "").strip()
-        if command.startswith("edgekd "):
-            run(sandbox, command, env)
-            ran.append(command.split()[1])
-    assert ran == ["distill", "export", "profile", "check", "check", "report"]
-    for path in (
-        "runs/junit.xml", "runs/bench.json", "runs/check.json", "runs/report/report.html",
-        "runs/pr-comment.md", "runs/bmf.json", "runs/junit-baseline.xml",
-    ):  # fmt: skip
-        assert (work / path).is_file(), path
-    assert "| limit |" in summary.read_text()
-    assert "| metric | baseline | now |" in (work / "runs" / "pr-comment.md").read_text()
