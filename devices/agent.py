@@ -202,15 +202,22 @@ def takes_text(session) -> bool:
 
 
 def text_call(session, texts: list[str]):
-    """One call per text, cycling: a line "first<TAB>second" is a pair."""
+    """One call per text, cycling: a line "first<TAB>second" is a pair. A pair model's
+    `text` input has rank 2 and reads one [first, second] row, [1, 2] (a line without a
+    tab: the text on both sides, as `row_feed` times a siamese model); a single-text
+    model's, rank 1, reads [1]."""
     import numpy as np
 
-    name = session.get_inputs()[0].name
-    rows = [np.array(t.split("\t")) for t in texts]
+    text = session.get_inputs()[0]
+    if len(text.shape) == 2:
+        sides = [t.split("\t") for t in texts]
+        rows = [np.array([s if len(s) == 2 else [s[0], s[0]]], dtype=object) for s in sides]
+    else:
+        rows = [np.array(t.split("\t")) for t in texts]
     state = {"i": 0}
 
     def one() -> None:
-        session.run(None, {name: rows[state["i"] % len(rows)]})
+        session.run(None, {text.name: rows[state["i"] % len(rows)]})
         state["i"] += 1
 
     return one

@@ -7,6 +7,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from edgekd.config import (
+    DEFAULT_DEVICE,
+    DEFAULT_RUNS,
+    DEFAULT_SEQ_LEN,
+    DEFAULT_TRIALS,
+    DEFAULT_WARMUP,
+    runs_cover_trials,
+)
 from edgekd.devices.base import load_device
 from edgekd.errors import EdgeKDError
 from edgekd.students import STUDENT_FILE
@@ -61,13 +69,13 @@ def synthetic_words(vocab: list[str], words: int, n: int = 64, seed: int = 0) ->
 
 def profile_model(
     model: str | Path,
-    device: str = "local-cpu",
+    device: str = DEFAULT_DEVICE,
     threads: int | None = None,
-    runs: int = 200,
-    warmup: int = 20,
-    seq_len: int = 64,
+    runs: int = DEFAULT_RUNS,
+    warmup: int = DEFAULT_WARMUP,
+    seq_len: int = DEFAULT_SEQ_LEN,
     texts: list[Any] | None = None,
-    trials: int = 5,
+    trials: int = DEFAULT_TRIALS,
     vs: str | Path | None = None,
     host: str | None = None,
     processes: int = 1,
@@ -86,8 +94,10 @@ def profile_model(
     dev = load_device(device, host=host)
     files = {"model": existing(model)}
     threads = threads or dev.spec.threads
-    if runs < trials:
-        raise EdgeKDError(f"--runs {runs} is fewer than --trials {trials}; raise --runs")
+    try:
+        runs_cover_trials(runs, trials)  # the configs' rule, for a direct call too
+    except ValueError as e:
+        raise EdgeKDError(f"{e}; raise --runs") from None
     info = tokenizer_info(files["model"])
     args = [
         "--threads",

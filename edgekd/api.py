@@ -9,9 +9,12 @@
     vs_main = kd.check(None, ["out/e"], baseline="main/e")  # regressions against a baseline
     fits = kd.plan(kd.PlanConfig(teacher=..., data=...), kd.Budget(max_p90_ms=2), "out/plan")
 
-Each stage owns its output folder (refused if it holds files edgekd did not write,
-unless `overwrite=True`) and returns the typed artifact it wrote (`edgekd.artifacts`).
-Errors a user can cause raise `EdgeKDError` with a one-line message naming the fix.
+Each stage is the stage library's own function (`edgekd.stages`), called here as the CLI
+and recipes call it: its config first, then its inputs, then its output folder. It owns
+that folder (refused if it holds files edgekd did not write, unless `overwrite=True`;
+`profile` and `check` add their files to it) and returns the typed artifact it wrote
+(`edgekd.artifacts`). Errors a user can cause raise `EdgeKDError` with a one-line
+message naming the fix.
 """
 
 from __future__ import annotations

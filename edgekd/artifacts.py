@@ -37,7 +37,7 @@ from pydantic import (
 )
 
 from edgekd import __version__
-from edgekd.config import MAX_TOKENS, PLAIN_NAME, AugmentConfig, parse_yaml
+from edgekd.config import DEFAULT_DEVICE, MAX_TOKENS, PLAIN_NAME, AugmentConfig, parse_yaml
 from edgekd.errors import EdgeKDError
 from edgekd.io import FILE_KINDS, MAX_JSON_BYTES, atomic_write_text, read_json, read_regular
 from edgekd.registry import first_error
@@ -49,6 +49,7 @@ TOKENIZER = "tokenizer.json"
 CONFIG = "config.yaml"  # the resolved config, beside every artifact it produced
 HF_CONFIG = "config.json"  # a Hugging Face model folder's config
 MODEL_FILES = {"fp32": "model.onnx", "int8": "model.int8.onnx"}  # export kind → file
+BUNDLE_MODEL = MODEL_FILES["fp32"]  # a bundle's model, whichever kind ships, under one name
 # A mean-pooled `edgekd teacher` folder (edgekd.distill.pooled): its config.json carries
 # POOLING_KEY = "mean" and this architecture name, which no Hugging Face class has.
 POOLING_KEY = "edgekd_pooling"
@@ -385,8 +386,15 @@ class E2EModel(Nested):
     source: Literal["fp32", "int8"]  # the model behind the in-graph tokenizer
     bytes: int
     rows: int  # dev rows predicted both ways
-    label_agreement: float  # with the Python tokenizer path at batch 1 (1.0, or no export)
-    max_probability_diff: float
+    # With the Python tokenizer path, the same rows batched alike on both sides at batch
+    # 1, 8 and 32 (exporters/e2e.py BATCH_SIZES): 1.0, or there is no export.
+    label_agreement: float
+    max_probability_diff: float  # the largest of the batches'
+    max_probability_diff_by_batch: dict[str, float] = Field(
+        default_factory=dict,
+        description="Batch size → max |probability difference| there; exports from "
+        "before batching checked batch 1 alone and have none.",
+    )
 
 
 class ExitPoint(Nested):
@@ -503,7 +511,7 @@ class ProfileResult(Artifact):
     MADE_BY: ClassVar[str] = "edgekd profile"
     kind: Literal["profile"] = "profile"
     model: str
-    device: str = "local-cpu"
+    device: str = DEFAULT_DEVICE
     threads: int
     # Measured values may be absent: a limit on one then reads as not measured and fails.
     bytes: int | None = None
@@ -672,6 +680,11 @@ class CheckResult(Artifact):
     @staticmethod
     def file_name(device: str | None) -> str:
         return f"check-{device}.json" if device else "check.json"
+
+    @staticmethod
+    def junit_name(device: str | None) -> str:
+        """The JUnit XML of the same verdict, written beside it."""
+        return f"junit-{device}.xml" if device else "junit.xml"
 
     def title(self) -> str:
         return f"edgekd budget: {self.model} model" + (f" on {self.device}" if self.device else "")

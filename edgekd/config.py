@@ -559,15 +559,25 @@ MAX_BATCH = 4096
 # - 1,024 threads or processes: past the largest CPUs (a 2-socket 192-core host has 768
 #   hardware threads).
 MAX_THREADS = 1024
-# - 1,000,000 timed runs: at 1 ms a run, 17 minutes; 200 is the default.
+# - 1,000,000 timed runs: at 1 ms a run, 17 minutes (the default's 0.2 s).
 MAX_RUNS = 1_000_000
+
+# Timing defaults, written once: ProfileConfig and PlanConfig take them, a recipe's
+# profile and plan sections take those fields, and `profile_model` its keyword defaults.
+DEFAULT_DEVICE = "local-cpu"  # this machine's CPU (devices/specs/local-cpu.yaml)
+DEFAULT_RUNS = 200
+DEFAULT_TRIALS = 5
+DEFAULT_WARMUP = 20
+DEFAULT_SEQ_LEN = 64  # tokens per synthetic input
 
 
 class ProfileConfig(StrictModel):
     """`edgekd profile` and a recipe's profile stage: batch-1 timing on each device."""
 
     devices: list[str] = Field(
-        default_factory=lambda: ["local-cpu"], min_length=1, description="Device names or specs."
+        default_factory=lambda: [DEFAULT_DEVICE],
+        min_length=1,
+        description="Device names or specs.",
     )
     hosts: dict[str, str] = Field(default_factory=dict, description="ssh device → [user@]host.")
     threads: int | None = Field(
@@ -580,14 +590,14 @@ class ProfileConfig(StrictModel):
     # `_ranges` below, as an EdgeKDError: `edgekd check` builds this model directly from
     # its flags, where a pydantic error would not be turned into one line.
     runs: int = Field(
-        200, ge=1, description=f"Timed runs in all, split into trials (≤ {MAX_RUNS:,})."
+        DEFAULT_RUNS, ge=1, description=f"Timed runs in all, split into trials (≤ {MAX_RUNS:,})."
     )
     trials: int = Field(
-        5, ge=1, description="Trials; p50/p90 are medians of the trials' own (≤ runs)."
+        DEFAULT_TRIALS, ge=1, description="Trials; p50/p90 are medians of the trials' own (≤ runs)."
     )
-    warmup: int = Field(20, ge=0, le=MAX_RUNS, description="Untimed runs first.")
+    warmup: int = Field(DEFAULT_WARMUP, ge=0, le=MAX_RUNS, description="Untimed runs first.")
     seq_lens: list[int] = Field(
-        default_factory=lambda: [64],
+        default_factory=lambda: [DEFAULT_SEQ_LEN],
         min_length=1,
         description="Tokens per synthetic input; several: a sweep.",
     )
@@ -843,7 +853,7 @@ class PlanConfig(StrictModel):
         min_length=1,
         description="Candidate students, each {name, options} as distill.student takes.",
     )
-    device: str = Field("local-cpu", description="Device name or spec path to time on.")
+    device: str = Field(DEFAULT_DEVICE, description="Device name or spec path to time on.")
     host: str | None = Field(None, description="[user@]host of an ssh device.")
     threads: int | None = Field(
         None, ge=0, le=MAX_THREADS, description="Unset: the budget's thread count."
@@ -851,8 +861,8 @@ class PlanConfig(StrictModel):
     seq_len: int | None = Field(
         None, ge=1, le=MAX_TOKENS, description="Tokens per timed input; unset: median dev length."
     )
-    runs: int = Field(200, ge=1, le=MAX_RUNS)
-    trials: int = Field(5, ge=1, le=MAX_RUNS)
+    runs: int = Field(DEFAULT_RUNS, ge=1, le=MAX_RUNS)
+    trials: int = Field(DEFAULT_TRIALS, ge=1, le=MAX_RUNS)
     top: int = Field(3, ge=1, description="Candidates a recipe's `variants: plan` distils.")
     export: ExportConfig = Field(
         default_factory=lambda: ExportConfig(), description="As each student would be exported."

@@ -1,16 +1,20 @@
 """`edgekd run recipe.yaml`: teacher → distill → export → profile → check → report.
 
-A recipe is data (YAML validated by `Recipe`). Each stage writes one folder under
-`out/` and a `.stage.json` holding its cache key: the sha256 of the stage's
-resolved config, the keys of the stages it reads, and the content hashes of
-external inputs (data files, a local teacher, the budget's limits). A rerun skips
-every stage whose key is unchanged, so editing only the budget re-runs only the
-check and the report that shows it. `manifest.json` records versions, input
+A recipe is data (YAML validated by `Recipe`). Its sections become each stage's config
+(`Recipe.teacher_config`, `distill_config`, `export_config`, `profile_config`,
+`plan_config`), and every stage is the stage library's own function (`edgekd.stages`),
+called as the Python API calls it: config first, then its inputs, then its folder.
+Each stage writes one folder under `out/` and a `.stage.json` holding its cache key:
+the sha256 of the stage's resolved config, the keys of the stages it reads, and the
+content hashes of external inputs (data files, a local teacher, the budget's limits).
+A rerun skips every stage whose key is unchanged, so editing only the budget re-runs
+only the check and the report that shows it. `manifest.json` records versions, input
 hashes, and each stage's key, status and seconds.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
@@ -31,7 +35,6 @@ from edgekd.artifacts import (
     CheckResult,
     ExportReport,
     PlanResult,
-    ProfileResult,
     RunManifest,
     StageMarker,
     StageRecord,
@@ -69,13 +72,22 @@ class TeacherStage(StrictModel):
     )
 
 
+def same(model: type[StrictModel], name: str) -> Any:
+    """`model`'s field `name` as that config declares it (default, bounds, description):
+    a recipe section holding a stage's setting writes no default of its own."""
+    return copy.copy(model.model_fields[name])
+
+
 class ProfileStage(StrictModel):
-    devices: list[str] = Field(default_factory=lambda: ["local-cpu"], min_length=1)
-    hosts: dict[str, str] = Field(default_factory=dict, description="ssh device → [user@]host.")
+    """The teacher's ONNX and every variant's models timed on each device at one length:
+    `ProfileConfig` (`Recipe.profile_config`), whose rules it meets when the recipe loads."""
+
+    devices: list[str] = same(ProfileConfig, "devices")
+    hosts: dict[str, str] = same(ProfileConfig, "hosts")
     threads: int | None = Field(None, ge=1, description="Unset: each device's own.")
-    runs: int = Field(200, ge=1)
-    trials: int = Field(5, ge=1)
-    warmup: int = Field(20, ge=0)
+    runs: int = same(ProfileConfig, "runs")
+    trials: int = same(ProfileConfig, "trials")
+    warmup: int = same(ProfileConfig, "warmup")
     seq_len: int | None = Field(
         None, ge=1, description="Synthetic input tokens; unset: median dev length (teacher)."
     )
@@ -89,10 +101,10 @@ class PlanStage(StrictModel):
     grid: list[dict[str, Any]] | None = Field(
         None, description="Candidates, each {name, options}; unset: edgekd plan's grid."
     )
-    top: int = Field(3, ge=1, description="Distil this many of the fitting candidates.")
-    runs: int = Field(200, ge=1)
-    trials: int = Field(5, ge=1)
-    seq_len: int | None = Field(None, ge=1, description="Unset: median dev length.")
+    top: int = same(PlanConfig, "top")
+    runs: int = same(PlanConfig, "runs")
+    trials: int = same(PlanConfig, "trials")
+    seq_len: int | None = same(PlanConfig, "seq_len")
 
 
 class Recipe(StrictModel):
@@ -158,6 +170,25 @@ class Recipe(StrictModel):
             )
         return self.model_copy(update={"variants": {c.name: {"student": c.student} for c in top}})
 
+    def teacher_config(self) -> TeacherConfig:
+        """The teacher stage's config (no `teacher.path`): `teacher.finetune` over the
+        recipe's data and seed."""
+        fields = self.teacher.finetune
+        data = fields.get("data", {})
+        if isinstance(data, dict):  # else refused by the model below, naming the field
+            data = deep_merge(self.data.model_dump(), data)
+        return validate(
+            TeacherConfig, {"seed": self.seed, **fields, "data": data}, "teacher.finetune"
+        )
+
+    def profile_config(self, seq_len: int | None) -> ProfileConfig:
+        """The profile stage's config: every device at `seq_len` tokens (None: the
+        config's default length, which only the load-time check uses)."""
+        fields = self.profile.model_dump(exclude={"seq_len", "teacher"})
+        if seq_len is not None:
+            fields["seq_lens"] = [seq_len]
+        return validate(ProfileConfig, fields, "recipe profile")
+
     def plan_config(self, teacher: str) -> PlanConfig:
         """The plan stage's config: the first profile device at the profile's threads."""
         device = self.profile.devices[0]
@@ -208,19 +239,19 @@ class Recipe(StrictModel):
             raise EdgeKDError(f"recipe variant {variant}: {e}", 2) from None
 
     def export_config(self, variant: str) -> ExportConfig:
+        from edgekd.stages.export import exit_terms
+
         extra = self.named_variants()[variant].get("export", {})
         fields = deep_merge(self.export.model_dump(), extra)
-        # An early-exit student's threshold holds the budget's accuracy terms unless the
-        # export section says otherwise (one place to state what must hold).
+        # An early-exit student's threshold holds the budget's accuracy terms (as `edgekd
+        # export --budget` reads them) unless the export section says otherwise (one place
+        # to state what must hold).
         given = self.export.model_fields_set | set(extra)
         student = deep_merge(self.distill, self.named_variants()[variant]).get("student")
         exits = isinstance(student, dict) and (student.get("options") or {}).get("early_exit")
         if exits and "exit_threshold" not in given:
-            limits = self.budget_model()
-            if limits.min_agreement is not None and "exit_min_agreement" not in given:
-                fields["exit_min_agreement"] = limits.min_agreement
-            if limits.min_accuracy is not None and "exit_min_accuracy" not in given:
-                fields["exit_min_accuracy"] = limits.min_accuracy
+            terms = exit_terms(self.budget_model(), required=False)
+            fields.update({k: v for k, v in terms.items() if k not in given})
         return validate(ExportConfig, fields, f"variant {variant}")
 
     def budget_model(self) -> Budget:
@@ -265,7 +296,8 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
                 raise EdgeKDError(f"variant {variant}: {e}", 2) from None
         checked.export_config(variant)
     if recipe.teacher.path is None:
-        validate(TeacherConfig, recipe.teacher.finetune, f"{path}: teacher.finetune")
+        recipe.teacher_config()
+    recipe.profile_config(recipe.profile.seq_len)  # runs ≥ trials, ranges: before training
     recipe.budget_model()
     from edgekd.devices.base import load_spec
 
@@ -319,9 +351,22 @@ class Stages:
         self.code = versions()["edgekd"]
 
     def run(
-        self, name: str, folder: Path, inputs: dict[str, Any], fn: Callable[[Path], Any]
+        self,
+        name: str,
+        folder: Path,
+        inputs: dict[str, Any],
+        stage: Callable[[Path], Any],
+        whole: bool = False,
+        show: Callable[[Any], None] | None = None,
     ) -> str:
-        """Run `fn(folder)` unless `folder` holds a result for the same `inputs`; return the key."""
+        """Run `stage(folder)` unless `folder` holds a result for the same `inputs`; return
+        the key. `stage` is a stage function with its config and inputs bound, so the
+        folder is its last positional argument, as in the Python API.
+
+        `whole`: a stage that adds its files to a folder it does not own (profile and
+        check: the README profiles into an export folder) runs into a fresh one that then
+        replaces `folder`, so no file of an earlier run (a device since dropped) stays.
+        `show`: prints what the stage returned, when it ran."""
         key = digest({"stage": name, "edgekd": self.code, **inputs})
         marker = StageMarker.path(folder)
         t = time.perf_counter()
@@ -331,7 +376,13 @@ class Stages:
             console.print(f"[dim]{name}: unchanged, cached ({shown(folder)})[/]")
         else:
             console.rule(f"{name}")
-            fn(folder)
+            if whole:
+                with atomic_dir(folder) as tmp:
+                    result = stage(tmp)
+            else:
+                result = stage(folder)
+            if show is not None:
+                show(result)
             StageMarker(stage=name, key=key).write(folder)
             status = "ran"
             # One plain line per finished stage, for CI logs where rules and bars blur.
@@ -356,13 +407,22 @@ def run_recipe(
 ) -> int:
     """Run `path`'s recipe; return 0 if every budget check passed, else 1."""
     from edgekd.devices.base import load_spec
+    from edgekd.exporters.teacher import export_teacher
+    from edgekd.render import print_checks, print_profile_lines
+    from edgekd.stages.check import check_devices
+    from edgekd.stages.distill import distill
+    from edgekd.stages.export import export
+    from edgekd.stages.plan import plan
+    from edgekd.stages.profile import profile
+    from edgekd.stages.report import report
+    from edgekd.stages.teacher import teacher as finetune
 
     recipe = load_recipe(path, overrides)
     # The run folder never is, holds or lies in its data, teacher, base model or budget file.
     check_not_input(recipe.out_dir(), config_inputs(recipe.model_dump()))
     # Unreadable or offline data fails here, before the run folder is claimed (the read
     # is kept: the profile stages time these dev texts).
-    dev_texts(recipe.data)
+    texts = dev_texts(recipe.data)
     out = claim_folder(recipe.out_dir(), overwrite)
     started = time.time()
     stages = Stages(out, force)
@@ -373,23 +433,13 @@ def run_recipe(
         teacher = recipe.teacher.path
         teacher_key = inputs["teacher"] = content_hash(teacher)
     else:
-        tcfg = validate(
-            TeacherConfig,
-            {
-                "seed": recipe.seed,
-                **recipe.teacher.finetune,
-                "data": deep_merge(
-                    recipe.data.model_dump(), recipe.teacher.finetune.get("data", {})
-                ),
-            },
-            "teacher.finetune",
-        )
+        tcfg = recipe.teacher_config()
         teacher = str(out / "teacher")
         teacher_key = stages.run(
             "teacher",
             out / "teacher",
             {"config": tcfg.model_dump(), "data": inputs["data"]},
-            partial(finetune_teacher, tcfg),
+            partial(finetune, tcfg),
         )
 
     # 1b. `variants: plan`: the candidates that fit, timed untrained on the first device.
@@ -405,7 +455,7 @@ def run_recipe(
                 "data": inputs["data"],
                 "budget": budget.model_dump(),
             },
-            partial(run_plan, pcfg_plan, budget),
+            partial(plan, pcfg_plan, budget),
         )
         recipe = recipe.planned(PlanResult.read(out / "plan"))
 
@@ -429,7 +479,7 @@ def run_recipe(
             f"export {variant}",
             vdir / "export",
             {"config": ecfg.model_dump(), "student": dkey},
-            partial(export, vdir / "student", ecfg),
+            partial(export, ecfg, vdir / "student"),
         )
 
     # 4. profile: the teacher's ONNX (baseline) and every variant, on every device.
@@ -437,19 +487,22 @@ def run_recipe(
     specs = {d: load_spec(d, host=pcfg.hosts.get(d)) for d in pcfg.devices}
     pinputs = {"config": pcfg.model_dump(), "specs": {d: s.model_dump() for d, s in specs.items()}}
     seq_len = pcfg.seq_len or median_length(teacher, recipe.data)
+    timing = recipe.profile_config(seq_len)
     profile_keys: dict[str, str] = {}
     if pcfg.teacher:
         tokey = stages.run(
             "teacher onnx",
             out / "teacher-onnx",
             {"teacher": teacher_key, "dtype": "fp32"},
-            partial(export_teacher_onnx, teacher),
+            partial(export_teacher, teacher),
         )
         profile_keys["teacher"] = stages.run(
             "profile teacher",
             out / "teacher-profile",
             {**pinputs, "model": tokey, "seq_len": seq_len},
-            partial(profile_models, [out / "teacher-onnx" / MODEL_FILES["fp32"]], recipe, seq_len),
+            partial(profile, timing, [out / "teacher-onnx" / MODEL_FILES["fp32"]], texts=texts),
+            whole=True,
+            show=print_profile_lines,
         )
     for variant, ekey in export_keys.items():
         models = exported_models(out / variant / "export")
@@ -457,7 +510,9 @@ def run_recipe(
             f"profile {variant}",
             out / variant / "profile",
             {**pinputs, "export": ekey, "seq_len": seq_len},
-            partial(profile_models, models, recipe, seq_len),
+            partial(profile, timing, models, texts=texts),
+            whole=True,
+            show=print_profile_lines,
         )
 
     # 5. check every variant on every device.
@@ -476,7 +531,15 @@ def run_recipe(
                     "profile": profile_keys[variant],
                     "defaults": {d: s.budget for d, s in specs.items()},
                 },
-                partial(check, budget, [vdir / "export", vdir / "profile"], specs, pcfg.threads),
+                partial(
+                    check_devices,
+                    budget,
+                    [vdir / "export", vdir / "profile"],
+                    specs=list(specs.values()),
+                    threads=pcfg.threads,
+                ),
+                whole=True,
+                show=print_checks,
             )
         )
         passed &= all(c.passed for c in checks_of(folder))
@@ -494,7 +557,7 @@ def run_recipe(
             "report",
             out / "report",
             {"checks": check_keys, "profiles": profile_keys, "exports": export_keys},
-            partial(write_report_into, out, current),
+            partial(report, out, only=current),
         )
 
     RunManifest(
@@ -519,39 +582,7 @@ def run_recipe(
     return 0 if passed else 1
 
 
-# ------------------------------------------------------------------ stage bodies
-# Each takes its inputs first and the folder last (what `Stages.run` passes): thin
-# adapters over the stage library, which does the work and writes the files.
-
-
-def finetune_teacher(cfg: TeacherConfig, folder: Path) -> None:
-    from edgekd.stages.teacher import teacher
-
-    teacher(cfg, folder)
-
-
-def distill(cfg: DistillConfig, folder: Path) -> None:
-    from edgekd.stages.distill import distill
-
-    distill(cfg, folder)
-
-
-def export(student: Path, cfg: ExportConfig, folder: Path) -> None:
-    from edgekd.stages.export import export
-
-    export(cfg, student, folder)
-
-
-def run_plan(cfg: PlanConfig, budget: Budget, folder: Path) -> None:
-    from edgekd.stages.plan import plan
-
-    plan(cfg, budget, folder)
-
-
-def export_teacher_onnx(teacher: str, folder: Path) -> None:
-    from edgekd.exporters.teacher import export_teacher
-
-    export_teacher(teacher, folder)
+# ------------------------------------------------------------------ what stages read
 
 
 def exported_models(export_dir: Path) -> list[Path]:
@@ -577,51 +608,6 @@ def _dev_texts(data_json: str) -> list[Any]:
 def dev_texts(data: DataConfig) -> list[Any]:
     """The dev texts, read once per run however many stages profile with them."""
     return _dev_texts(data.model_dump_json())
-
-
-def profile_models(models: list[Path], recipe: Recipe, seq_len: int, folder: Path) -> None:
-    from edgekd.stages.profile import profile
-
-    p = recipe.profile
-    cfg = ProfileConfig(
-        devices=p.devices,
-        hosts=p.hosts,
-        threads=p.threads,
-        runs=p.runs,
-        trials=p.trials,
-        warmup=p.warmup,
-        seq_lens=[seq_len],
-    )
-    with atomic_dir(folder) as tmp:
-        for r in profile(cfg, models, tmp, dev_texts(recipe.data)):
-            assert isinstance(r, ProfileResult)  # one length: no sweep
-            console.print(
-                f"{r.device} {Path(r.model).name}: p50 {r.p50_ms:.3f} ms, p90 {r.p90_ms:.3f} ms"
-                + (" [yellow](noisy)[/]" if r.noisy else "")
-            )
-
-
-def write_report_into(run_dir: Path, only: list[Path], folder: Path) -> None:
-    from edgekd.stages.report import report
-
-    report(run_dir, folder, only)
-
-
-def check(
-    budget: Budget, dirs: list[Path], specs: dict[str, Any], threads: int | None, folder: Path
-) -> None:
-    """One check per device (JSON + JUnit each), the shape `edgekd check` writes."""
-    from edgekd.render import print_check
-    from edgekd.stages.check import check
-
-    with atomic_dir(folder) as tmp:
-        for spec in specs.values():
-            # The spec's name: what the profiles call it, and the budget's `devices:` key;
-            # latency limits apply at the threads the profiles ran with.
-            result = check(
-                budget, dirs, tmp, spec.name, threads or spec.threads, defaults=spec.budget
-            )
-            print_check(result)
 
 
 def checks_of(folder: Path) -> list[CheckResult]:

@@ -102,6 +102,24 @@ def print_profile_result(result: ProfileResult | ProfileSweep) -> None:
         print_profile(result.model_dump(exclude_none=True))
 
 
+def print_profile_lines(results: list[ProfileResult | ProfileSweep]) -> None:
+    """A recipe's profile stage: one line per device, model and length (p50, p90)."""
+    from edgekd.progress import console, shown
+
+    for result in results:
+        for r in result.sweep if isinstance(result, ProfileSweep) else [result]:
+            console.print(
+                f"{shown(r.device)} {shown(Path(r.model).name)}: p50 {r.p50_ms:.3f} ms, "
+                f"p90 {r.p90_ms:.3f} ms" + (" [yellow](noisy)[/]" if r.noisy else "")
+            )
+
+
+def print_checks(results: list[CheckResult]) -> None:
+    """A recipe's check stage: each device's verdict, as `edgekd check` shows one."""
+    for result in results:
+        print_check(result)
+
+
 def print_verdict(result: CheckResult, json_out: str | None) -> None:
     """The verdict as JSON on stdout (`--json -`), else as tables (and to a JSON file)."""
     if json_out == "-":
@@ -303,9 +321,12 @@ def print_export(r: ExportReport, out: Path) -> None:
     if r.int8_refused:
         echo("int8: not kept, it was not faster than fp32 here (export.json says why)")
     if r.e2e is not None:
+        # The batch sizes the export checked (1, 8 and 32); an older export's, 1 alone.
+        sizes = list(r.e2e.max_probability_diff_by_batch) or ["1"]
+        batches = " and ".join([", ".join(sizes[:-1]), sizes[-1]] if len(sizes) > 1 else sizes)
         echo(
             f"e2e: {r.e2e.path} {r.e2e.bytes:,} B (from {r.e2e.source}), same label as the "
-            f"tokenizer path on {r.e2e.rows:,} of {r.e2e.rows:,} dev rows"
+            f"tokenizer path on {r.e2e.rows:,} of {r.e2e.rows:,} dev rows at batch {batches}"
         )
     pte = r.get("executorch")
     if pte and "accuracy" in pte:

@@ -40,3 +40,27 @@ def test_readme_api_block_runs_the_chain_as_written(tmp_path):
     assert lines[0].startswith("student ") and lines[-1].startswith("budget "), r.stdout
     export = root / "runs" / "api" / "export"
     assert (export / "export.json").is_file() and list(export.glob("profile-*.json"))
+
+
+def test_every_stage_takes_its_config_then_its_inputs_then_its_folder():
+    """The order recipes, the CLI and a notebook call them in: a stage's folder is the
+    argument after its inputs (a recipe binds config and inputs, then passes the folder)."""
+    import inspect
+
+    from edgekd import api as kd
+
+    leading = {
+        kd.teacher: ["cfg", "out_dir"],
+        kd.distill: ["cfg", "out_dir"],
+        kd.export: ["cfg", "student_dir", "out_dir"],
+        kd.profile: ["cfg", "models", "out_dir"],
+        kd.check: ["budget", "artifacts", "out_dir"],
+        kd.plan: ["cfg", "budget", "out_dir"],
+        kd.bundle: ["export_dir", "out_dir"],
+        kd.report: ["run_dir", "out_dir"],
+        kd.trim: ["student_dir", "out_dir"],
+        kd.evaluate: ["data", "model", "out"],
+    }
+    for stage, names in leading.items():
+        params = list(inspect.signature(stage).parameters)
+        assert params[: len(names)] == names, stage.__name__

@@ -100,6 +100,13 @@ def test_content_hash_follows_file_contents(tmp_path):
         ({"colour": "red"}, "field 'colour': no such field; valid: "),
         ({"distill": {"student": "gru"}}, "variant small: unknown student 'gru'"),
         ({"distill": {"intermediate": "pkd"}}, "variant small: .*needs a transformer student"),
+        # ProfileConfig's own rule, at load, not after every variant has trained.
+        ({"profile": {"runs": 2, "trials": 5}}, "recipe profile: runs 2 < trials 5"),
+        # The teacher's config as it will run (recipe data and seed under it), at load.
+        (
+            {"teacher": {"path": None, "finetune": {"epochs": 0}}},
+            "teacher.finetune: field 'epochs'",
+        ),
     ],
 )
 def test_bad_recipe_fails_before_any_stage(tmp_path, tiny_teacher, tiny_data, edit, match):
@@ -195,3 +202,40 @@ def test_recipe_export_takes_an_early_exit_threshold_rule_from_the_budget(
     assert (plain.exit_min_agreement, plain.exit_min_accuracy) == (0.99, None)
     given = recipe.export_config("given")
     assert given.exit_threshold == 0.2 and given.exit_min_agreement == 0.99
+
+
+def test_recipe_profile_and_plan_sections_default_as_their_stage_configs_do(
+    tmp_path, tiny_teacher, tiny_data
+):
+    from edgekd.config import PlanConfig, ProfileConfig
+    from edgekd.recipe import PlanStage, ProfileStage
+
+    profile, timing = ProfileStage(), ProfileConfig()
+    assert (profile.devices, profile.runs, profile.trials, profile.warmup) == (
+        timing.devices, timing.runs, timing.trials, timing.warmup,
+    )  # fmt: skip
+    plan, planned = PlanStage(), PlanConfig(teacher="t", data={"spec": "d"})
+    assert (plan.top, plan.runs, plan.trials, plan.seq_len) == (
+        planned.top, planned.runs, planned.trials, planned.seq_len,
+    )  # fmt: skip
+    # The profile stage runs the ProfileConfig its section states, at the run's length.
+    recipe = load_recipe(write_recipe(tmp_path, tiny_teacher, tiny_data, {"max_bytes": 1}))
+    assert recipe.profile_config(8) == ProfileConfig(runs=6, trials=2, warmup=1, seq_lens=[8])
+
+
+def test_stage_replaces_its_folder_whole_and_shows_its_result_only_when_it_ran(tmp_path):
+    from edgekd.recipe import Stages
+
+    def writing(name: str):
+        def stage(folder: Path) -> str:  # as profile and check: files added to a folder
+            (folder / name).write_text("{}")
+            return name
+
+        return stage
+
+    stages, shown, folder = Stages(tmp_path), [], tmp_path / "profile"
+    stages.run("profile", folder, {"v": 1}, writing("a.json"), whole=True, show=shown.append)
+    stages.run("profile", folder, {"v": 1}, writing("b.json"), whole=True, show=shown.append)
+    assert shown == ["a.json"] and [r.status for r in stages.records] == ["ran", "cached"]
+    stages.run("profile", folder, {"v": 2}, writing("b.json"), whole=True, show=shown.append)
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == ["b.json"]

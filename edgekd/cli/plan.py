@@ -59,9 +59,8 @@ def plan(
 ) -> None:
     """Which students fit the device's latency, memory and size limits, before distilling
     any: untrained candidates exported and profiled as a trained one would be."""
-    from edgekd.budget import load_budget
     from edgekd.render import print_plan
     from edgekd.stages.plan import plan as run_plan
 
     cfg = resolve(PlanConfig, config, set_, typed(ctx, FIELDS))
-    print_plan(run_plan(cfg, load_budget(budget), out, overwrite), out)
+    print_plan(run_plan(cfg, budget, out, overwrite), out)

@@ -1,16 +1,23 @@
 """The stage library: one module per stage, each one function that owns its output.
 
-    teacher   TeacherConfig                       → HF classifier folder   (TeacherMetrics)
-    distill   DistillConfig                       → student folder         (DistillMetrics)
-    export    ExportConfig, student folder        → ONNX folder            (ExportReport)
-    profile   ProfileConfig, ONNX files           → profile-*.json         (ProfileResult)
-    check     Budget, artifact folders            → check.json             (CheckResult)
-    bundle    export folder                       → bundle folder + .zip   (BundleManifest)
-    report    run folder                          → report.html + PNGs     (page path)
-    trim      student folder                      → trimmed student        (TrimReport)
-    evaluate  DataConfig, any model               → accuracy               (EvalResult)
+Every stage takes its config first, then its inputs, then its output folder, then
+options: the CLI, recipes (which bind config and inputs and pass the folder), quickstart,
+the benchmarks and `edgekd.api` all call it so. What it writes is a typed artifact of
+`edgekd.artifacts`, and none of the callers writes a stage's files itself.
 
-The CLI, recipes, quickstart, the benchmarks and `edgekd.api` call these functions;
-none of them writes a stage's files itself. Importing this package is cheap: each
-stage module imports what it needs.
+    teacher(cfg, out)                   TeacherConfig       → HF classifier  (TeacherMetrics)
+    distill(cfg, out)                   DistillConfig       → student folder (DistillMetrics)
+    export(cfg, student, out, data)     ExportConfig        → ONNX folder    (ExportReport)
+    profile(cfg, models, out, texts)    ProfileConfig       → profile-*.json (ProfileResult)
+    check(budget, artifacts, out, ...)  Budget or its YAML  → check.json     (CheckResult)
+    plan(cfg, budget, out)              PlanConfig, Budget  → plan.json      (PlanResult)
+    make_bundle(export, out, model)     -                   → bundle + .zip  (BundleManifest)
+    report(run, out, only)              -                   → report.html    (its path)
+    trim(student, out, min_freq, ...)   -                   → trimmed copy   (TrimReport)
+    evaluate(data, model, out)          DataConfig          → eval.json      (EvalResult)
+
+`profile` and `check` add their files to `out` (an export folder may hold its profile,
+where `bundle` finds it); the others write `out` whole or not at all. `baseline` is no
+stage: it is how `check --baseline` compares two runs. Importing this package is cheap:
+each stage module imports what it needs.
 """

@@ -28,6 +28,7 @@ from typing import Literal
 import numpy as np
 
 from edgekd.artifacts import (
+    BUNDLE_MODEL,
     PROFILE_GLOB,
     BundleManifest,
     DevPredictions,
@@ -69,11 +70,11 @@ def export_side(folder: Path, kind: str) -> Side:
 def baseline_side(path: Path, kind: str) -> Iterator[Side]:
     """The baseline at `path`; a bundle .zip is verified and unpacked for the check's
     length (its model file is timed)."""
-    from edgekd.stages.bundle import MANIFEST, MODEL, Bundle
+    from edgekd.stages.bundle import Bundle
 
     if path.is_dir() and ExportReport.path(path).is_file():
         yield export_side(path, kind)
-    elif path.suffix == ".zip" or (path / MANIFEST).is_file():
+    elif path.suffix == ".zip" or BundleManifest.path(path).is_file():
         bundle = Bundle(path)  # verifies every sha256 before anything is read
         m: BundleManifest = bundle.manifest
         if kind not in ("shipped", m.model):
@@ -81,7 +82,7 @@ def baseline_side(path: Path, kind: str) -> Iterator[Side]:
                 f"baseline bundle {path} ships the {m.model} model, the budget gates {kind}; "
                 "set `model: shipped` in the budget"
             )
-        model = bundle.folder / MODEL
+        model = bundle.folder / BUNDLE_MODEL
         yield Side(model, model.stat().st_size, m.predictions, m.model)
     elif path.is_file() and path.suffix == ".json":
         prof = read_profile(path)

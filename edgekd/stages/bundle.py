@@ -34,9 +34,9 @@ import numpy as np
 
 from edgekd import __version__
 from edgekd.artifacts import (
+    BUNDLE_MODEL,
     CONFIG,
     E2E_MODEL,
-    MODEL_FILES,
     PROFILE_GLOB,
     TOKENIZER,
     Artifact,
@@ -79,7 +79,6 @@ from edgekd.students.predict import (
 )
 
 MANIFEST = BundleManifest.FILE
-MODEL = MODEL_FILES["fp32"]  # whichever model ships, under one name
 FORMAT = 1
 EXPORT_FIX = "re-create the export with `edgekd export`"
 BUNDLE_FIX = "rebuild it with `edgekd bundle`"
@@ -202,7 +201,7 @@ def make_bundle(
     profile = profiles[-1] if profiles else None
     with atomic_dir(out_dir, overwrite) as tmp:
         # A one-file model ships alone: its tokenizer and label names are inside it.
-        _copy(source, tmp / (E2E_MODEL if e2e else MODEL))
+        _copy(source, tmp / (E2E_MODEL if e2e else BUNDLE_MODEL))
         for name, path in extras.items():
             _copy(path, tmp / name)
         runs = {p.name: p.stat().st_size for p in tmp.iterdir()}  # what predicting reads
@@ -280,7 +279,8 @@ def predict(texts):
 print(predict(["an example text"]))
 """
 
-# What `E2EPredictor` does: the tokenizer is inside the graph, which reads one row a call.
+# What `E2EPredictor` does: the tokenizer is inside the graph, which reads the whole
+# batch in one call: [N] texts, or a pair model's [N, 2] (one [first, second] row each).
 E2E_SNIPPET = f"""\
 import json
 
@@ -292,19 +292,17 @@ options = ort.SessionOptions()
 options.register_custom_ops_library(get_library_path())
 session = ort.InferenceSession("{E2E_MODEL}", options, providers=["CPUExecutionProvider"])
 labels = json.loads(session.get_modelmeta().custom_metadata_map["{E2E_LABELS}"])
+pairs = len(session.get_inputs()[0].shape) == 2  # a sentence-pair model reads [N, 2]
 
 
 def predict(texts):
-    \"\"\"Each text's label and its probability per label.\"\"\"
-    out = []
-    for text in texts:
-        row = np.array([text] if isinstance(text, str) else list(text))  # a pair: (a, b)
-        p = session.run(["probabilities"], {{"text": row}})[0][0]
-        out.append((labels[p.argmax()], dict(zip(labels, p.tolist()))))
-    return out
+    \"\"\"Each text's label and its probability per label (a pair: a (first, second) tuple).\"\"\"
+    rows = np.array([t if isinstance(t, str) else list(t) for t in texts], dtype=object)
+    probs = session.run(["probabilities"], {{"text": rows}})[0]
+    return [(labels[p.argmax()], dict(zip(labels, p.tolist()))) for p in probs]
 
 
-print(predict(["an example text"]))
+print(predict([("a first text", "a second text") if pairs else "an example text"]))
 """
 
 
@@ -392,7 +390,7 @@ def model_card(
         dataset = CardDataset(type="unknown", name="not recorded with the export")
 
     kind = f"{model} ONNX"
-    model_file = E2E_MODEL if e2e else MODEL
+    model_file = E2E_MODEL if e2e else BUNDLE_MODEL
     found: list[CardMetric] = []
     if entry.accuracy is not None:
         what = f"{kind}, which {E2E_MODEL} wraps" if e2e else kind
@@ -623,7 +621,7 @@ class Bundle:
             if self.manifest.e2e:
                 self.predictor = E2EPredictor(folder / E2E_MODEL, threads=threads)
             else:
-                self.predictor = OnnxPredictor(folder / MODEL, threads=threads)
+                self.predictor = OnnxPredictor(folder / BUNDLE_MODEL, threads=threads)
         except BaseException:
             if self._tmp is not None:  # refused: the unpacked files go now, not at exit
                 self._tmp.cleanup()

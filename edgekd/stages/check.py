@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgekd.artifacts import CheckResult, LimitResult, RegressionResult
 from edgekd.budget import (
@@ -26,6 +26,9 @@ from edgekd.config import BaselineTiming, ProfileConfig, apply_sets, validate
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_write_text
 from edgekd.stages.baseline import baseline_side, compare, current_side
+
+if TYPE_CHECKING:
+    from edgekd.devices.base import DeviceSpec
 
 
 def check(
@@ -107,9 +110,25 @@ def check(
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         result.write(out / CheckResult.file_name(device))
-        junit = out / (f"junit-{device}.xml" if device else "junit.xml")
-        atomic_write_text(junit, junit_xml(result))
+        atomic_write_text(out / CheckResult.junit_name(device), junit_xml(result))
     return result
+
+
+def check_devices(
+    budget: Budget,
+    artifacts: list[Path],
+    out_dir: str | Path,
+    specs: list[DeviceSpec],
+    threads: int | None = None,
+) -> list[CheckResult]:
+    """`check` on each of `specs` (a recipe's profile devices), every verdict and its
+    JUnit XML in `out_dir`: each device's limits (the budget's `devices:` entry, else its
+    spec's own) at the threads its profiles ran with (`threads`, else the spec's)."""
+    # The spec's name: what the profiles call it, and the budget's `devices:` key.
+    return [
+        check(budget, artifacts, out_dir, s.name, threads or s.threads, defaults=s.budget)
+        for s in specs
+    ]
 
 
 def has_limits(budget: Budget) -> bool:

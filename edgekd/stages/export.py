@@ -23,6 +23,7 @@ from edgekd.artifacts import (
     ExportReport,
     StudentMeta,
 )
+from edgekd.budget import Budget, load_budget
 from edgekd.config import DataConfig, DistillConfig, ExportConfig, load_yaml, save_config, validate
 from edgekd.data import align_labels, load_task
 from edgekd.errors import EdgeKDError
@@ -67,16 +68,19 @@ def for_device(
     return cfg.model_copy(update={"preset": load_spec(device).int8_preset()})
 
 
-def exit_terms(budget: str | Path, device: str | None) -> dict[str, Any]:
-    """What an early-exit student's threshold must hold, from a budget (its `device`
-    entry where it has one): its min_agreement and min_accuracy, as export fields."""
-    from edgekd.budget import load_budget
-
-    limits = load_budget(budget)
+def exit_terms(
+    budget: Budget | str | Path, device: str | None = None, required: bool = True
+) -> dict[str, Any]:
+    """What an early-exit student's threshold must hold, from a budget (a model or its
+    YAML; its `device` entry where it has one): its min_agreement and min_accuracy, as
+    export fields. `required`: a budget that sets neither is refused (`edgekd export
+    --budget` asks for them; a recipe's budget may gate other things)."""
+    limits = budget if isinstance(budget, Budget) else load_budget(budget)
     limits = limits.for_device(device) if device in limits.devices else limits
-    if limits.min_agreement is None and limits.min_accuracy is None:
+    if required and limits.min_agreement is None and limits.min_accuracy is None:
+        named = "the budget" if isinstance(budget, Budget) else budget
         raise EdgeKDError(
-            f"{budget} sets neither min_accuracy nor min_agreement for an exit threshold to "
+            f"{named} sets neither min_accuracy nor min_agreement for an exit threshold to "
             "hold; add one, or pass --exit-threshold"
         )
     terms: dict[str, Any] = {"exit_min_accuracy": limits.min_accuracy}

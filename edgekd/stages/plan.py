@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from edgekd.artifacts import CONFIG, BundleManifest, Candidate, PlanResult, TaskShape
-from edgekd.budget import Budget, evaluate
-from edgekd.config import DistillConfig, PlanConfig, save_config
+from edgekd.budget import Budget, evaluate, load_budget
+from edgekd.config import DEFAULT_WARMUP, DistillConfig, PlanConfig, save_config
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, check_not_input, check_output
 from edgekd.progress import console, shown
@@ -55,15 +55,17 @@ def candidate_name(c: Component) -> str:
 
 def plan(
     cfg: PlanConfig,
-    budget: Budget,
+    budget: Budget | str | Path,
     out_dir: str | Path,
     overwrite: bool = False,
 ) -> PlanResult:
     """Build, export, bundle and profile every candidate of `cfg.grid` untrained; judge
-    each on `budget`'s shape limits (for `cfg.device`); write `plan.json` in `out_dir`."""
+    each on `budget`'s shape limits (a model or its YAML, for `cfg.device`); write
+    `plan.json` in `out_dir`."""
     from edgekd.devices.base import load_spec
     from edgekd.stages.check import budget_for
 
+    budget = budget if isinstance(budget, Budget) else load_budget(budget)
     check_output(out_dir, overwrite)
     check_not_input(out_dir, [cfg.teacher, cfg.data.spec])
     spec = load_spec(cfg.device, host=cfg.host)  # a bad device fails before any work
@@ -180,7 +182,7 @@ def measure(
         cfg.device,
         threads,
         cfg.runs,
-        min(20, cfg.runs),
+        min(DEFAULT_WARMUP, cfg.runs),  # the profile's warm-up, within the runs
         seq_len,
         None,
         cfg.trials,

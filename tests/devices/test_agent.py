@@ -209,3 +209,44 @@ def test_agent_names_the_fix_for_cores_the_machine_lacks(tmp_path, keep_affinity
     a = identity_model(tmp_path / "a.onnx")
     with pytest.raises(SystemExit, match=r"cpu_affinity \[4096\]: this machine has cores"):
         agent.main(["--model", str(a), "--cpu-affinity", "4096"])
+
+
+@pytest.mark.slow  # exports a one-file pair model (~5 s)
+def test_profile_times_a_pair_e2e_model_on_one_pair_a_call(tmp_path, tiny_teacher, pair_data):
+    import onnxruntime as ort
+    import torch
+
+    from edgekd.artifacts import E2E_MODEL
+    from edgekd.config import DataConfig, ExportConfig
+    from edgekd.data import load_task
+    from edgekd.distill.teacher import load_teacher
+    from edgekd.stages.export import export
+    from edgekd.students.base import save_student
+    from edgekd.students.bilstm import BiLSTMStudent
+    from edgekd.students.predict import extension_options
+
+    # An untrained siamese BiLSTM: its model.e2e.onnx reads [N, 2] strings, and refuses
+    # the [2] a pair line once became.
+    torch.manual_seed(0)
+    data = DataConfig(spec=str(pair_data), text_pair_column="sentence2")
+    options = {"vocab": "wordpiece", "embedding_dim": 8, "hidden_size": 4, "mlp_size": 8}
+    model, tok = BiLSTMStudent.prepare(
+        options, load_task(data).train.texts, 2, *load_teacher(str(tiny_teacher))
+    )
+    (tmp_path / "s").mkdir()
+    save_student(tmp_path / "s", model.eval(), tok, ["negative", "positive"])
+    export(ExportConfig(e2e=True, int8=False, guard=False), tmp_path / "s", tmp_path / "e", data)
+    path = tmp_path / "e" / E2E_MODEL
+
+    # The agent's call, here: a pair line and a line of one text (both sides) each run.
+    session = ort.InferenceSession(
+        str(path), extension_options(), providers=["CPUExecutionProvider"]
+    )
+    call = agent.text_call(session, ["good film\tbad", "the plot"])
+    call()
+    call()
+    # Through `edgekd profile`'s path: dev pairs, then synthetic texts (no tab).
+    pairs = [("good film", "bad"), ("the plot", "")]
+    for texts in (pairs, None):
+        r = profile_model(path, runs=4, trials=2, warmup=1, seq_len=4, texts=texts)
+        assert r["end_to_end_timing"] and r["p50_ms"] > 0

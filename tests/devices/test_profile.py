@@ -2,6 +2,7 @@ import pytest
 
 from conftest import identity_model
 from edgekd.devices.profile import combine_processes, profile_model
+from edgekd.errors import EdgeKDError
 
 
 def fake_run(ratios, p50):
@@ -31,3 +32,9 @@ def test_profile_vs_runs_one_agent_per_process(tmp_path):
     b = identity_model(tmp_path / "b.onnx")
     r = profile_model(a, runs=4, trials=2, warmup=0, seq_len=4, vs=b, processes=2)
     assert r["vs"]["processes"] == 2 and len(r["vs"]["trial_ratios"]) == 4
+
+
+def test_profile_model_refuses_fewer_runs_than_trials_by_the_configs_rule(tmp_path):
+    model = identity_model(tmp_path / "id.onnx")
+    with pytest.raises(EdgeKDError, match=r"runs 2 < trials 5: each trial needs a run; raise"):
+        profile_model(model, runs=2, trials=5)

@@ -545,26 +545,59 @@ def test_card_leaves_out_what_distill_recorded_when_the_student_changed_since_ex
     assert "teacher's label" not in body
 
 
+def untrained_pair_student(teacher: Path, data, folder: Path) -> Path:
+    """A siamese BiLSTM on `data`'s sentence pairs, untrained: only fixed weights matter."""
+    import torch
+
+    from edgekd.data import load_task
+    from edgekd.distill.teacher import load_teacher
+    from edgekd.students.base import save_student
+    from edgekd.students.bilstm import BiLSTMStudent
+
+    torch.manual_seed(0)
+    options = {"vocab": "wordpiece", "embedding_dim": 8, "hidden_size": 4, "mlp_size": 8}
+    texts = load_task(data).train.texts
+    model, tok = BiLSTMStudent.prepare(options, texts, 2, *load_teacher(str(teacher)))
+    folder.mkdir()
+    save_student(folder, model.eval(), tok, ["negative", "positive"])
+    return folder
+
+
 @pytest.mark.slow  # exports the one-file model (~5 s)
+@pytest.mark.parametrize("pairs", [False, True], ids=["single", "pair"])
 def test_card_of_an_e2e_bundle_runs_its_one_file_snippet_as_bundle_predicts(
-    tiny_chain, tmp_path, monkeypatch, capsys
+    pairs, tiny_chain, tiny_teacher, pair_data, tmp_path, monkeypatch, capsys
 ):
-    from edgekd.config import ExportConfig
+    from edgekd.config import DataConfig, ExportConfig
+    from edgekd.render import print_export
     from edgekd.stages.bundle import Bundle, make_bundle
     from edgekd.stages.export import export as run_export
 
-    run_export(ExportConfig(e2e=True, guard=False), tiny_chain / "student", tmp_path / "e")
+    student, data, texts = tiny_chain / "student", None, list(TEXTS)
+    if pairs:  # its file reads [N, 2] strings: the snippet's one call must send them so
+        data = DataConfig(spec=str(pair_data), text_pair_column="sentence2")
+        student = untrained_pair_student(tiny_teacher, data, tmp_path / "s")
+        texts = list(zip(TEXTS, TEXTS[::-1], strict=True))
+    report = run_export(ExportConfig(e2e=True, guard=False), student, tmp_path / "e", data)
+    assert report.e2e is not None and set(report.e2e.max_probability_diff_by_batch) == {
+        "1", "8", "32",
+    }  # fmt: skip
+    capsys.readouterr()
+    print_export(report, tmp_path / "e")
+    assert f"on {report.e2e.rows} of {report.e2e.rows} dev rows at batch 1, 8 and 32" in (
+        capsys.readouterr().out
+    )
     make_bundle(tmp_path / "e", tmp_path / "b", model="e2e")
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert set(manifest["files"]) == {"model.e2e.onnx", "README.md"}
     front, _ = card_parts((tmp_path / "b" / "README.md").read_text(encoding="utf-8"))
     assert front["edgekd"]["e2e"] is True
     assert card_metrics(front)["model_bytes"] == manifest["files"]["model.e2e.onnx"]["bytes"]
-    texts = [t for t in TEXTS if t]  # the graph's BasicTokenizer; one row a call
-    got = run_card_snippet(tmp_path / "b", texts, monkeypatch, capsys)
-    assert [label for label, _ in got] == [
-        w["label"] for w in Bundle(tmp_path / "b").predict(texts)
-    ]
+    got = run_card_snippet(tmp_path / "b", texts, monkeypatch, capsys)  # all rows, one call
+    want = Bundle(tmp_path / "b").predict(texts)
+    assert [label for label, _ in got] == [w["label"] for w in want]
+    for (_, probs), w in zip(got, want, strict=True):  # one batch each side: the same call
+        assert probs == pytest.approx(w["probabilities"], abs=1e-5)
 
 
 @pytest.mark.slow  # builds and exports a BERT student (~15 s)
