@@ -120,7 +120,7 @@ def frozen_probe(train: Any, test: Any, metric: str) -> dict[str, Any]:
     tok, model = AutoTokenizer.from_pretrained(base), AutoModel.from_pretrained(base).eval()
 
     def vectors(texts: list[Any]) -> np.ndarray:
-        def pooled(enc: Any) -> torch.Tensor:
+        def pooled(enc: Any, _rows: list[int]) -> torch.Tensor:
             return mean_pool(model(**enc).last_hidden_state, enc["attention_mask"])
 
         return forward_rows(pooled, tok, texts, model.config.hidden_size, max_length=128)

@@ -71,6 +71,9 @@ MAX_TOKENS = 8192
 MAX_WIDTH = 4096
 # - inner (FFN, MLP) widths ≤ 16,384: 4 × the widest hidden above, BERT's ratio.
 MAX_INNER = 16384
+# Token-state components (`token_states`) ≤ 256: 2·256 bytes a token cached in float16,
+# half a BERT-base state's 768 floats; a student learns the top few well.
+MAX_TOKEN_STATES = 256
 # - layers ≤ 48 (BERT-large has 24), attention heads ≤ 64 (BERT-large: 16).
 MAX_LAYERS = 48
 MAX_HEADS = 64
@@ -372,6 +375,17 @@ class DistillConfig(StrictModel):
         gt=0,
         description="Score and keep an exponential moving average of the weights over about "
         "this many epochs (0.25: the last quarter epoch counts most). null: the raw weights.",
+    )
+    token_states: int = Field(
+        0,
+        ge=0,
+        le=MAX_TOKEN_STATES,
+        description="Distil the teacher's last-layer token states too, projected on their top "
+        "k principal components (0: logits only). For students that read the teacher's "
+        "WordPiece pieces (bilstm, cnn); cached beside the logits.",
+    )
+    token_states_weight: float = Field(
+        1.0, ge=0, description="Weight of the token-state term beside the logit loss."
     )
     patience: int = Field(
         3,

@@ -19,10 +19,14 @@ from edgekd.students.predict import OnnxPredictor
 from edgekd.threads import core_share
 
 
-def export_teacher(name_or_path: str, out_dir: str | Path, opset: int | None = None) -> Path:
+def export_teacher(
+    name_or_path: str, out_dir: str | Path, opset: int | None = None, states: bool = False
+) -> Path:
     """Write an optimum ONNX folder (model.onnx, config, tokenizer); return model.onnx.
 
     `opset=None` lets optimum pick the opset it recommends for the architecture.
+    `states`: the graph also outputs `hidden`, the last layer's token states (for
+    `token_states`), through `torch.onnx.export` as for a pooled teacher.
     """
     from optimum.exporters.onnx import main_export
     from transformers import AutoConfig
@@ -31,9 +35,10 @@ def export_teacher(name_or_path: str, out_dir: str | Path, opset: int | None = N
 
     with atomic_dir(out_dir) as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if is_pooled(AutoConfig.from_pretrained(name_or_path)):  # not an optimum architecture
+        # Not an optimum architecture, or outputs optimum's classification export lacks.
+        if states or is_pooled(AutoConfig.from_pretrained(name_or_path)):
             model, tokenizer = load_teacher(name_or_path)
-            export_pooled(model, tokenizer, tmp / MODEL_FILES["fp32"], opset or 17)
+            export_torch(model.float(), tokenizer, tmp / MODEL_FILES["fp32"], opset or 17, states)
             model.config.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
         else:
@@ -43,14 +48,15 @@ def export_teacher(name_or_path: str, out_dir: str | Path, opset: int | None = N
     return Path(out_dir) / MODEL_FILES["fp32"]
 
 
-# |ONNX − PyTorch| allowed on the pooled teacher's logits (optimum's own default atol).
+# |ONNX − PyTorch| allowed on the teacher's logits and states (optimum's own default atol).
 POOLED_ATOL = 1e-4
 
 
-def export_pooled(model: Any, tokenizer: Any, path: Path, opset: int) -> float:
-    """`torch.onnx.export` of a mean-pooled teacher (`PooledClassifier`) with the
+def export_torch(model: Any, tokenizer: Any, path: Path, opset: int, states: bool = False) -> float:
+    """`torch.onnx.export` of a teacher (a mean-pooled `PooledClassifier`, or any with
+    `states`: outputs `logits` and `hidden`, the last layer's token states) with the
     tokenizer's inputs, batch and length dynamic; validated against PyTorch on rows of
-    several lengths (the max |difference| of the logits, refused above `POOLED_ATOL`)."""
+    several lengths (the max |difference| of every output, refused above `POOLED_ATOL`)."""
     import onnxruntime as ort
     import torch
 
@@ -59,31 +65,43 @@ def export_pooled(model: Any, tokenizer: Any, path: Path, opset: int) -> float:
     texts = ["a short one", "a somewhat longer text, with a second clause to pad the others"]
     enc = tokenizer(texts, padding=True, return_tensors="pt")
     names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in enc]
+    outputs = ["logits", "hidden"] if states else ["logits"]
 
-    class Logits(torch.nn.Module):  # positional inputs in `names` order → logits
+    def reference(**feed: Any) -> list[Any]:
+        out = model(**feed, output_hidden_states=states)
+        return [out.logits, out.hidden_states[-1]] if states else [out.logits]
+
+    class Outputs(torch.nn.Module):  # positional inputs in `names` order → `outputs`
         def __init__(self) -> None:
             super().__init__()
             self.model = model
 
         def forward(self, *args: Any) -> Any:
-            return self.model(**dict(zip(names, args, strict=True))).logits
+            return tuple(reference(**dict(zip(names, args, strict=True))))
 
     axes = {n: {0: "batch", 1: "sequence"} for n in names} | {"logits": {0: "batch"}}
+    if states:
+        axes["hidden"] = {0: "batch", 1: "sequence"}
     with torch.inference_mode():
         torch.onnx.export(
-            Logits().eval(), tuple(enc[n] for n in names), str(path), input_names=names,
-            output_names=["logits"], dynamic_axes=axes, opset_version=opset, dynamo=False,
+            Outputs().eval(), tuple(enc[n] for n in names), str(path), input_names=names,
+            output_names=outputs, dynamic_axes=axes, opset_version=opset, dynamo=False,
         )  # fmt: skip
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         worst = 0.0
         for batch in (texts, texts[:1], [texts[1] + " and more" * 20]):
             feed = tokenizer(batch, padding=True, return_tensors="pt")
-            want = model(**{n: feed[n] for n in names}).logits.numpy()
-            got = session.run(None, {n: feed[n].numpy() for n in names})[0]
-            worst = max(worst, float(np.abs(got - want).max()))
+            want = reference(**{n: feed[n] for n in names})
+            got = session.run(outputs, {n: feed[n].numpy() for n in names})
+            mask = feed["attention_mask"].numpy().astype(bool)
+            for w, g in zip(want, got, strict=True):
+                w = w.numpy()
+                if w.ndim == 3:  # token states: padding positions carry no meaning
+                    w, g = w[mask], g[mask]
+                worst = max(worst, float(np.abs(g - w).max()))
     if worst > POOLED_ATOL:
         raise EdgeKDError(
-            f"the teacher's ONNX logits differ from PyTorch by {worst:.2e} > {POOLED_ATOL:.0e}; "
+            f"the teacher's ONNX outputs differ from PyTorch by {worst:.2e} > {POOLED_ATOL:.0e}; "
             "label with --teacher-runtime torch"
         )
     return worst
@@ -93,14 +111,20 @@ class OnnxLabelers:
     """The teacher as fp32 and dynamic int8 ONNX, exported once per teacher (by its
     fingerprint, beside the logit cache) on first use: a run whose logits are all
     cached exports nothing. Each runs one single-thread session per core of this
-    process's share (`core_share`: all of them, unless processes share the machine)."""
+    process's share (`core_share`: all of them, unless processes share the machine).
+    With `cfg.token_states`, the export also outputs the last layer's token states
+    (a folder of its own), which each call records in `sink` when one is set."""
 
     def __init__(self, cfg: DistillConfig, name: str, fingerprint: str) -> None:
         from edgekd.distill.labeling import cache_root
 
         self.cfg, self.name = cfg, name
-        self.folder = cache_root(cfg) / "teachers" / fingerprint[:32]
+        self.states = cfg.token_states > 0
+        self.folder = (
+            cache_root(cfg) / "teachers" / (fingerprint[:32] + ("-states" if self.states else ""))
+        )
         self.predictors: dict[str, OnnxPredictor] = {}
+        self.sink: Any = None  # `edgekd.distill.states.StateSink`, set by the labelling
 
     def predictor(self, kind: str) -> OnnxPredictor:
         if kind not in self.predictors:
@@ -109,7 +133,7 @@ class OnnxLabelers:
             fp32, int8 = self.folder / MODEL_FILES["fp32"], self.folder / MODEL_FILES["int8"]
             if not fp32.is_file():
                 with console.status(f"exporting {self.name} to ONNX for labelling"):
-                    export_teacher(self.name, self.folder)
+                    export_teacher(self.name, self.folder, states=self.states)
             if kind == "int8" and not int8.is_file():
                 tmp = self.folder / f".model.int8.onnx.tmp-{os.getpid()}"
                 DynamicInt8Quantizer().quantize(fp32, tmp)
@@ -130,7 +154,7 @@ class OnnxLabelers:
             self.predictor(kind)
 
     def fp32(self, texts: list[Any], what: str) -> np.ndarray:
-        return self.predictor("fp32").logits(texts, what)
+        return self.predictor("fp32").logits(texts, what, sink=self.sink)
 
     def int8(self, texts: list[Any], what: str) -> np.ndarray:
-        return self.predictor("int8").logits(texts, what)
+        return self.predictor("int8").logits(texts, what, sink=self.sink)

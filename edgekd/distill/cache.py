@@ -155,3 +155,44 @@ def entry_problem(logits: np.ndarray, rows: int | None, width: int | None) -> st
     if not np.isfinite(logits).all():
         return "hold NaN or infinity"
     return None
+
+
+def states_path(cache_dir: Path, key: str) -> Path:
+    return cache_dir / f"{key}.states.safetensors"
+
+
+def store_states(cache_dir: Path, key: str, states: Any) -> None:
+    """Write the token states (`edgekd.distill.states.TokenStates`) of the rows whose
+    logits are stored under `key`, beside them; atomic as `store_logits`."""
+    from safetensors.numpy import save_file
+
+    path = states_path(cache_dir, key)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    arrays = {"flat": states.flat, "offsets": states.offsets}
+    save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(tmp))
+    os.replace(tmp, path)
+
+
+def load_states(cache_dir: Path, key: str, rows: int, k: int) -> Any:
+    """The token states stored under `key` for `rows` rows of `k` components, or None:
+    absent, unreadable or not those (said in one note; the caller relabels)."""
+    from safetensors.numpy import load_file
+
+    from edgekd.distill.states import TokenStates
+
+    path = states_path(cache_dir, key)
+    if not path.is_file():
+        return None
+    try:
+        arrays = load_file(str(path))
+        states = TokenStates(arrays["flat"], arrays["offsets"])
+        problem = states.problem(rows, k)
+    except Exception:  # truncated by a crash, or damaged: it is only a cache
+        problem = "are unreadable"
+    if problem is None:
+        return states
+    from edgekd.progress import console, shown
+
+    console.print(f"note: cached token states {shown(path.name)} {problem}; recomputing")
+    return None

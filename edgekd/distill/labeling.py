@@ -47,8 +47,19 @@ from edgekd.distill.cache import (
     has_cached,
     hash_texts,
     load_logits,
+    load_states,
     store_logits,
+    store_states,
     teacher_fingerprint,
+)
+from edgekd.distill.states import (
+    BASIS_ROWS,
+    BASIS_TOKENS,
+    STATE_SPLITS,
+    StateBasis,
+    StateSink,
+    TokenStates,
+    row_states,
 )
 from edgekd.distill.transfer import Chained, TextColumn, permute, write_column
 from edgekd.errors import EdgeKDError
@@ -68,7 +79,10 @@ MARGIN_SLACK = 1.5  # × the largest int8 margin seen on a disagreement: room fo
 
 
 class OnnxTeacher(Protocol):
-    """The teacher as ONNX (built by `edgekd.exporters.teacher`, injected from there)."""
+    """The teacher as ONNX (built by `edgekd.exporters.teacher`, injected from there).
+    `sink`: where each call records the rows' token states (None: nowhere)."""
+
+    sink: Any
 
     def fp32(self, texts: list[Any], what: str) -> np.ndarray: ...
 
@@ -177,11 +191,13 @@ def deduplicated(labeler: Labeler) -> Labeler:
     return label
 
 
-def torch_labeler(cfg: DistillConfig, model: Any, tokenizer: Any) -> Labeler:
+def torch_labeler(
+    cfg: DistillConfig, model: Any, tokenizer: Any, sink: StateSink | None = None
+) -> Labeler:
     from edgekd.distill.teacher import teacher_logits
 
     return lambda texts, what: teacher_logits(
-        model, tokenizer, texts, cfg.teacher_batch_size, cfg.teacher_max_length, what
+        model, tokenizer, texts, cfg.teacher_batch_size, cfg.teacher_max_length, what, sink
     )
 
 
@@ -234,6 +250,54 @@ def hybrid_labeler(onnx: OnnxTeacher, margin: float) -> Labeler:
         return out
 
     return label
+
+
+def basis_sample(texts: Sequence[Any], seed: int) -> list[Any]:
+    """The rows the token states' basis is fitted on: a seeded sample of the training
+    texts (the basis, and so every cached state, is a function of them)."""
+    return random.Random(seed).sample(list(texts), min(BASIS_ROWS, len(texts)))
+
+
+def states_tag(cfg: DistillConfig, fingerprint: str, splits: dict[str, Sequence[Any]]) -> str:
+    """What the training splits' cache keys add for their token states: k and the
+    basis's inputs (teacher, sample); "" without token states."""
+    if not cfg.token_states:
+        return ""
+    sample = basis_sample(splits["train"], cfg.seed)
+    key = cache_key(fingerprint, sample, cfg.teacher_max_length, f"basis{cfg.token_states}")
+    return f"+states{cfg.token_states}:{key[:16]}"
+
+
+def state_sink(
+    cfg: DistillConfig, fingerprint: str, model: Any, tokenizer: Any, train: Sequence[Any]
+) -> StateSink:
+    """The recorder of the token states, with its basis: fitted once per (teacher,
+    sample, k) by the PyTorch fp32 teacher on `basis_sample`, and cached."""
+    from edgekd.distill.teacher import teacher_logits
+
+    k = cfg.token_states
+    special = set(tokenizer.all_special_ids)
+    sample = basis_sample(train, cfg.seed)
+    key = cache_key(fingerprint, sample, cfg.teacher_max_length, f"basis{k}")
+    path = cache_dir(cfg) / f"{key}.basis.safetensors"
+    width = int(model.config.hidden_size)
+    basis = StateBasis.load(path, k, width)
+    if basis is None:
+        collected: list[np.ndarray] = []
+
+        class Collect:  # the sample's raw states, before any basis exists
+            def record(self, texts: Sequence[Any], hidden: np.ndarray, ids: np.ndarray) -> None:
+                collected.extend(row_states(hidden, ids, special))
+
+        teacher_logits(
+            model, tokenizer, sample, cfg.teacher_batch_size, cfg.teacher_max_length,
+            "token states' basis", Collect(),
+        )  # fmt: skip
+        tokens = np.concatenate(collected) if collected else np.zeros((0, width), np.float32)
+        picked = np.random.default_rng(cfg.seed).permutation(len(tokens))[:BASIS_TOKENS]
+        basis = StateBasis.fit(tokens[picked], k)
+        basis.save(path)
+    return StateSink(basis, special)
 
 
 class Meter:
@@ -387,6 +451,34 @@ def group_logits(
     return logits, False
 
 
+def cached_labels(
+    cfg: DistillConfig,
+    key: str,
+    texts: Callable[[], list[Any]],
+    compute: Callable[[], np.ndarray],
+    rows: int,
+    width: int,
+    sink: StateSink | None,
+) -> tuple[np.ndarray, TokenStates | None, bool]:
+    """(logits, token states, hit): `cached_logits`, and with a `sink` the rows' token
+    states too, stored beside the logits under the same key. Logits without their
+    states (or states without logits) are a miss: both are relabelled together."""
+    cache = cache_dir(cfg)
+    if sink is None:
+        logits, hit = cached_logits(cache, key, compute, rows=rows, width=width)
+        return logits, None, hit
+    states = load_states(cache, key, rows, sink.basis.k)
+    cached = load_logits(cache, key, rows=rows, width=width) if states is not None else None
+    if cached is not None:
+        return cached, states, True
+    logits = store_logits(cache, key, compute())
+    labelled = texts()
+    states = sink.states_of(labelled)
+    store_states(cache, key, states)
+    sink.forget(labelled)
+    return logits, states, False
+
+
 def label_splits(
     cfg: DistillConfig,
     fingerprint: str,
@@ -396,19 +488,24 @@ def label_splits(
     plan: AugmentedPlan | None = None,
     meter: Meter | None = None,
     group: LabelGroup = ALONE,
+    sink: StateSink | None = None,
+    states: dict[str, TokenStates] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, bool]]:
     """Logits per named split, each from the cache when its key matches. `labelers`:
     split → (labeler, runtime name in the cache key). The augmented split goes in
     chunks (`label_chunks`, under `plan`); `width` is the number of labels. In a
-    `group`, every uncached split or chunk is shared between its processes."""
+    `group`, every uncached split or chunk is shared between its processes.
+    With a `sink`, the token states of the `STATE_SPLITS` go into `states` too."""
     out, hits = {}, {}
     meter = meter or Meter()
+    states = {} if states is None else states
     for split, texts in splits.items():
         labeler, runtime = labelers[split]
+        wanted = sink if split in STATE_SPLITS else None
         if split == "augmented":
             out[split], hits[split] = label_chunks(
                 cfg, fingerprint, texts, labeler, runtime, width, plan or AugmentedPlan(), meter,
-                group,
+                group, wanted, states,
             )  # fmt: skip
             continue
         if group.size > 1:
@@ -429,13 +526,17 @@ def label_splits(
         ) -> np.ndarray:
             return labeler(list(texts), f"teacher logits ({split})")
 
-        out[split], hits[split] = cached_logits(
-            cache_dir(cfg),
-            split_key(cfg, fingerprint, split, texts, runtime),
-            compute,
-            rows=len(texts),
-            width=width,
+        def rows(texts: Sequence[Any] = texts) -> list[Any]:
+            return list(texts)
+
+        key = split_key(cfg, fingerprint, split, texts, runtime)
+        out[split], split_states, hits[split] = cached_labels(
+            cfg, key, rows, compute, len(texts), width, wanted
         )
+        if split_states is not None:
+            states[split] = split_states
+        elif sink is not None:  # dev and selection rows: their states teach nothing
+            sink.forget(list(texts))
         if not hits[split]:
             meter.add(len(texts), time.perf_counter() - started)
     return out, hits
@@ -472,12 +573,16 @@ def label_chunks(
     plan: AugmentedPlan,
     meter: Meter,
     group: LabelGroup = ALONE,
+    sink: StateSink | None = None,
+    states: dict[str, TokenStates] | None = None,
 ) -> tuple[np.ndarray, bool]:
     """Logits of a prefix of `texts`: chunk by chunk, each cached on its own (an
     interrupted run keeps its finished chunks), stopping where `plan` says. In a
     `group`, the main process's `plan` decides each chunk for every process (its
-    meter holds the group's rate), and the processes share each chunk's rows."""
+    meter holds the group's rate), and the processes share each chunk's rows.
+    With a `sink`, the prefix's token states go into `states["augmented"]`."""
     parts, all_hit = [np.zeros((0, width), np.float32)], True
+    state_parts: list[TokenStates] = []
     for a, b in augmented_chunks(texts, plan.limit):
         key = split_key(cfg, fingerprint, "augmented", texts[a:b], runtime) if group.main else ""
 
@@ -504,11 +609,18 @@ def label_chunks(
             def compute(a: int = a, b: int = b, what: str = what) -> np.ndarray:
                 return labeler(list(texts[a:b]), what)
 
-            logits, hit = cached_logits(cache_dir(cfg), key, compute, rows=b - a, width=width)
+            def chunk(a: int = a, b: int = b) -> list[Any]:
+                return list(texts[a:b])
+
+            logits, chunk_states, hit = cached_labels(cfg, key, chunk, compute, b - a, width, sink)
+            if chunk_states is not None:
+                state_parts.append(chunk_states)
             if not hit:
                 meter.add(b - a, time.perf_counter() - started)
         parts.append(logits)
         all_hit = all_hit and hit
+    if sink is not None and states is not None:
+        states["augmented"] = TokenStates.concat(state_parts, sink.basis.k)
     return np.concatenate(parts), all_hit
 
 
@@ -550,6 +662,7 @@ def teacher_labels(
     onnx_runtime: OnnxRuntime | None = None,
     plan: AugmentedPlan | None = None,
     group: LabelGroup = ALONE,
+    states: dict[str, TokenStates] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, bool], dict[str, Any]]:
     """Logits for every split from the configured teacher(s) and runtime.
 
@@ -562,6 +675,9 @@ def teacher_labels(
     In a `group` (`accelerate launch`), call it on every process: each labels a share
     of the uncached rows and every process returns the same logits, hits and report
     (which adds `rows_by_process`: the rows each labelled, in rank order).
+
+    With `cfg.token_states` (one process), `states` gets the token states of the
+    training splits' rows (`STATE_SPLITS`), recorded from the same forward passes.
     """
     from edgekd.distill.teacher import load_teacher, teacher_label_names
 
@@ -570,6 +686,16 @@ def teacher_labels(
     report: dict[str, Any] = {"runtime": cfg.teacher_runtime}
     plan = plan or AugmentedPlan()
     width = len(label_names)
+    sink = None
+    if cfg.token_states:
+        if group.size > 1:
+            raise EdgeKDError(
+                "token_states are labelled by one process: run distill once without "
+                "accelerate launch (its cache then serves every process), or drop token_states"
+            )
+        sink = state_sink(
+            cfg, teacher_fingerprint(cfg.teacher, teacher), teacher, tokenizer, splits["train"]
+        )
     for i, name in enumerate([cfg.teacher, *cfg.extra_teachers]):
         model, tok = (teacher, tokenizer) if i == 0 else load_teacher(name)
         if teacher_label_names(model.config) != label_names:
@@ -581,9 +707,11 @@ def teacher_labels(
         meter = Meter()
         if group.size == 1:
             labelers, info = choose_labelers(
-                cfg, name, fp, splits, model, tok, onnx_runtime, plan.limit
+                cfg, name, fp, splits, model, tok, onnx_runtime, plan.limit, sink
             )
-            logits, teacher_hits = label_splits(cfg, fp, splits, labelers, width, plan, meter)
+            logits, teacher_hits = label_splits(
+                cfg, fp, splits, labelers, width, plan, meter, sink=sink, states=states
+            )
         else:
             from edgekd.threads import torch_threads
 
@@ -629,12 +757,16 @@ class LabelerChoice:
     tag: str  # their runtime name in the cache key
     margin: float = 0.0  # hybrid: the int8 margin under which fp32 relabels a row
     info: dict[str, Any] = field(default_factory=dict)  # the report: used, why, calibration
+    states: str = ""  # `states_tag`: the token states the training splits carry, if any
 
     def tags(self, splits: Sequence[str]) -> dict[str, str]:
-        """Each split's runtime name in the cache key: dev is labelled in fp32."""
+        """Each split's runtime name in the cache key: dev is labelled in fp32; the
+        training splits name their token states."""
         if self.transfer == "torch":
-            return {s: "torch" for s in splits}
-        return {s: "onnx" if s == "dev" else self.tag for s in splits}
+            names = {s: "torch" for s in splits}
+        else:
+            names = {s: "onnx" if s == "dev" else self.tag for s in splits}
+        return {s: t + (self.states if s in STATE_SPLITS else "") for s, t in names.items()}
 
     def kinds(self) -> list[str]:
         """The ONNX models it labels with (none for torch)."""
@@ -673,11 +805,13 @@ def choose_labelers(
     tokenizer: Any,
     onnx_runtime: OnnxRuntime | None,
     limit: int | None = None,
+    sink: StateSink | None = None,
 ) -> tuple[dict[str, tuple[Labeler, str]], dict[str, Any]]:
     """Per split, the labeler and its cache name; and what was chosen, with why.
-    Nothing is exported or calibrated while the cache holds every split."""
+    Nothing is exported or calibrated while the cache holds every split. With a
+    `sink`, the labelers record the rows' token states there."""
     choice, onnx = decide_labelers(cfg, name, fingerprint, splits, onnx_runtime, limit)
-    return build_labelers(choice, cfg, model, tokenizer, onnx, splits), choice.info
+    return build_labelers(choice, cfg, model, tokenizer, onnx, splits, sink), choice.info
 
 
 def decide_labelers(
@@ -691,8 +825,9 @@ def decide_labelers(
     """The choice `choose_labelers` makes (calibrating "auto" and "onnx-int8" through
     the cache), and the ONNX teacher where it labels."""
     runtime = cfg.teacher_runtime
+    states = states_tag(cfg, fingerprint, splits)
     if runtime == "torch":
-        return LabelerChoice("torch", "torch", info={"used": "torch"}), None
+        return LabelerChoice("torch", "torch", info={"used": "torch"}, states=states), None
     transfer = {k: v for k, v in splits.items() if k != "dev"}
     # Drawn from the rows as one sequence, without copying them out of their files.
     sample = calibration_sample(Chained(list(transfer.values())), cfg.seed)
@@ -700,28 +835,31 @@ def decide_labelers(
     # auto's labels depend on the margin its calibration picks: the key names the sample.
     tag = f"auto:{cal_key[:16]}" if runtime == "auto" else runtime
     if runtime == "auto":
-        pending = uncached_rows(cfg, fingerprint, transfer, dict.fromkeys(transfer, tag), limit)
+        tags = LabelerChoice("hybrid", tag, states=states).tags(list(transfer))
+        pending = uncached_rows(cfg, fingerprint, transfer, tags, limit)
         if 0 < pending < AUTO_MIN_ROWS and not calibration_path(cfg, cal_key).is_file():
             why = f"{pending:,} rows to label, under {AUTO_MIN_ROWS:,}: not worth an export"
-            return LabelerChoice("torch", "torch", info={"used": "torch", "why": why}), None
+            used = {"used": "torch", "why": why}
+            return LabelerChoice("torch", "torch", info=used, states=states), None
     if onnx_runtime is None:  # the ONNX export lives a layer up (exporters): injected
         raise EdgeKDError(f"teacher_runtime {runtime!r} needs the ONNX teacher; use torch")
     onnx = onnx_runtime(cfg, name, fingerprint)  # exports on first use only
     info: dict[str, Any] = {"used": runtime}
     if runtime not in ("onnx-int8", "auto") or not sample:
-        return LabelerChoice("fp32", tag, info=info), onnx
+        return LabelerChoice("fp32", tag, info=info, states=states), onnx
     cal = cached_calibration(cfg, cal_key, onnx, sample)
     info["calibration"] = cal.model_dump(exclude={"kind"})
     if runtime == "onnx-int8":
-        return LabelerChoice("int8", tag, info=info), onnx
+        return LabelerChoice("int8", tag, info=info, states=states), onnx
     if cal.choice == "hybrid":
-        return LabelerChoice("hybrid", tag, cal.margin, info | {"used": "hybrid"}), onnx
+        info |= {"used": "hybrid"}
+        return LabelerChoice("hybrid", tag, cal.margin, info, states), onnx
     info["used"] = "onnx"
     info["why"] = (
         f"int8 with fp32 close calls agreed on {cal.hybrid_agreement:.2%}, "
         f"under {AGREEMENT_FLOOR:.1%}: fp32 labels everything"
     )
-    return LabelerChoice("fp32", tag, info=info), onnx
+    return LabelerChoice("fp32", tag, info=info, states=states), onnx
 
 
 def build_labelers(
@@ -731,13 +869,17 @@ def build_labelers(
     tokenizer: Any,
     onnx: OnnxTeacher | None,
     splits: dict[str, Sequence[Any]],
+    sink: StateSink | None = None,
 ) -> dict[str, tuple[Labeler, str]]:
-    """Per split, the labeler `choice` names and its cache name."""
+    """Per split, the labeler `choice` names and its cache name; with a `sink`, each
+    records the token states of the rows it labels there."""
     tags = choice.tags(list(splits))
     if choice.transfer == "torch":
-        torch_fn = deduplicated(torch_labeler(cfg, model, tokenizer))
+        torch_fn = deduplicated(torch_labeler(cfg, model, tokenizer, sink))
         return {s: (torch_fn, tags[s]) for s in splits}
     assert onnx is not None  # decide_labelers gives it with every ONNX choice
+    if sink is not None:
+        onnx.sink = sink  # OnnxLabelers records each call's token states there
     fp32 = deduplicated(onnx.fp32)
     if choice.transfer == "int8":
         chosen = deduplicated(onnx.int8)

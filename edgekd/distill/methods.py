@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from edgekd.config import DistillConfig
+    from edgekd.distill.states import TokenStates
     from edgekd.students.tokenizer import StudentTokenizer
 
 
@@ -50,14 +51,17 @@ class MethodRun:
     sources: np.ndarray
     n_original: int
     pairs: bool = False
+    # The transfer rows' teacher token states, in row order (`token_states`), or None.
+    states: TokenStates | None = None
 
 
 class Step:
     """What `loss` gets for one training batch. `model` is the student as the loop runs
     it (perhaps wrapped by accelerate), `student` the same module unwrapped; `batch` its
     inputs; `logits` its output on them (in the graph: a term on them trains it);
-    `gold` the rows' labels (NO_LABEL for augmented rows); `features` the student's
-    hidden states when a method asked for them (`needs_features`)."""
+    `gold` the rows' labels (NO_LABEL for augmented rows); `rows` their indices in the
+    transfer set; `features` the student's hidden states when a method asked for them
+    (`needs_features`)."""
 
     def __init__(
         self,
@@ -69,9 +73,10 @@ class Step:
         epoch: int,
         texts: Callable[[], list[Any]],
         features: Any = None,
+        rows: torch.Tensor | None = None,
     ) -> None:
         self.model, self.student, self.batch, self.gold = model, student, batch, gold
-        self.logits = logits
+        self.logits, self.rows = logits, rows
         self.epoch, self.features, self._texts = epoch, features, texts
 
     @cached_property
@@ -113,6 +118,10 @@ class TrainingMethod:
     def loss(self, step: Step) -> torch.Tensor | None:
         """This step's extra term (added to the loss as is), or None."""
         return None
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """Weights of its own the student's optimiser trains beside the student."""
+        return []
 
     def state(self) -> MethodState:
         return MethodState()
@@ -159,8 +168,71 @@ def exit_self_distillation(model: Any, features: Any) -> torch.Tensor:
     return loss
 
 
+class TokenStateLoss(TrainingMethod):
+    """The teacher's per-token states as a second target (`token_states: k`): a linear
+    map W of the student's token states (`encode_tokens`) regresses the teacher's, in
+    its top-k principal coordinates, unit variance each (`edgekd.distill.states`):
+
+        L = β · Σ_{rows r, tokens j, components c} (W·s_rj − t_rjc)² / (k · tokens)
+
+    over the tokens both read (student token j is teacher token j + 1: the same
+    WordPiece piece, [CLS] dropped), β = `token_states_weight`. W is trained with the
+    student and dropped at export: the shipped model is unchanged."""
+
+    needs_features: ClassVar[bool] = True
+
+    def __init__(self, states: TokenStates, width: int, weight: float) -> None:
+        self.states, self.weight = states, weight
+        self.head = torch.nn.Linear(width, states.k)
+
+    @classmethod
+    def check(cls, cfg: DistillConfig, student_cls: Any, options: Any) -> None:
+        if not cfg.token_states:
+            return
+        if "token_states" not in student_cls.capabilities:
+            raise EdgeKDError(
+                f"token_states align the student's tokens with the teacher's; student "
+                f"{cfg.student.name!r} has none to align: use --student bilstm or cnn, or "
+                "drop token_states"
+            )
+        if cfg.extra_teachers:
+            raise EdgeKDError("token_states come from one teacher; drop extra_teachers or them")
+
+    @classmethod
+    def build(cls, options: Any, run: MethodRun) -> TokenStateLoss | None:
+        if not run.cfg.token_states:
+            return None
+        if run.pairs:
+            raise EdgeKDError("token_states align single texts; for sentence pairs drop them")
+        if getattr(run.student.config, "vocab", None) != "wordpiece":
+            raise EdgeKDError(
+                "token_states need the student to read the teacher's WordPiece pieces "
+                "(student.options.vocab: wordpiece, which needs a WordPiece teacher)"
+            )
+        if run.states is None:
+            raise EdgeKDError("token_states: the labelling gave no token states; rerun distill")
+        width = run.student.token_width(run.student.config)
+        return cls(run.states, width, run.cfg.token_states_weight)
+
+    def loss(self, step: Step) -> torch.Tensor:
+        assert step.rows is not None and step.features is not None
+        tokens = step.features.hidden[-1]  # batch × T × width
+        target, mask = self.states.padded(step.rows.cpu().numpy(), tokens.shape[1])
+        device = tokens.device
+        target_t = torch.from_numpy(target).to(device)
+        mask_t = torch.from_numpy(mask).to(device) * step.features.mask.to(tokens.dtype)
+        err = (self.head(tokens) - target_t).pow(2).mean(-1)  # batch × T
+        return self.weight * (err * mask_t).sum() / mask_t.sum().clamp_min(1.0)
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.head.parameters())
+
+    def state(self) -> MethodState:
+        return MethodState(modules={"token_states_head": self.head})
+
+
 # Methods no one lists: each decides from the run whether it applies (`build` → None).
-IMPLIED: tuple[type[TrainingMethod], ...] = (EarlyExit,)
+IMPLIED: tuple[type[TrainingMethod], ...] = (EarlyExit, TokenStateLoss)
 
 
 def listed_methods(cfg: DistillConfig) -> list[tuple[type[TrainingMethod], Any]]:
@@ -187,9 +259,11 @@ def listed_methods(cfg: DistillConfig) -> list[tuple[type[TrainingMethod], Any]]
 
 
 def check_methods(cfg: DistillConfig, student_cls: Any) -> None:
-    """Every listed method's `check`, before any data is read."""
+    """Every listed and implied method's `check`, before any data is read."""
     for cls, options in listed_methods(cfg):
         cls.check(cfg, student_cls, options)
+    for implied in IMPLIED:
+        implied.check(cfg, student_cls, None)
 
 
 def build_methods(run: MethodRun) -> list[TrainingMethod]:

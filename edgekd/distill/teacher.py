@@ -124,16 +124,27 @@ def teacher_logits(
     batch_size: int = 64,
     max_length: int = 128,
     description: str = "teacher logits",
+    sink: Any = None,
 ) -> np.ndarray:
-    """Logits (N × C, float32) for `texts`, in their order, with a progress bar."""
+    """Logits (N × C, float32) for `texts`, in their order, with a progress bar. With a
+    `sink` (`edgekd.distill.states.StateSink`), each row's last-layer token states are
+    recorded there from the same forward pass."""
+
+    def fn(enc: Any, idx: list[int]) -> Any:
+        if sink is None:
+            return model(**enc).logits
+        out = model(**enc, output_hidden_states=True)
+        hidden = out.hidden_states[-1].float().numpy()
+        sink.record([texts[i] for i in idx], hidden, enc["input_ids"].numpy())
+        return out.logits
+
     return forward_rows(
-        lambda enc: model(**enc).logits, tokenizer, texts, model.config.num_labels,
-        batch_size, max_length, description,
+        fn, tokenizer, texts, model.config.num_labels, batch_size, max_length, description,
     )  # fmt: skip
 
 
 def forward_rows(
-    fn: Callable[[Any], Any],
+    fn: Callable[[Any, list[int]], Any],
     tokenizer: Any,
     texts: list[Any],
     width: int,
@@ -141,7 +152,7 @@ def forward_rows(
     max_length: int = 128,
     description: str = "teacher logits",
 ) -> np.ndarray:
-    """`fn(batch)` (rows × `width`) for every text, in the texts' order: batches of
+    """`fn(batch, rows)` (rows × `width`) for every text, in the texts' order: batches of
     similar lengths (`TOKENS_PER_ROW`), no gradients, with a progress bar."""
     import torch
 
@@ -167,7 +178,7 @@ def forward_rows(
                 padding=True,
                 return_tensors="pt",
             )
-            out[idx] = fn(enc).float().numpy()
+            out[idx] = fn(enc, idx).float().numpy()
             bar.update(task, advance=len(idx))
     return out
 
@@ -287,7 +298,7 @@ def warm_start(
         texts, labels = [texts[i] for i in keep], [labels[i] for i in keep]
     grabbed: list[Any] = []
 
-    def vectors(enc: Any) -> Any:
+    def vectors(enc: Any, _rows: list[int]) -> Any:
         handle = head.register_forward_pre_hook(lambda _m, args: grabbed.append(args[0]))
         try:
             model(**enc)

@@ -32,6 +32,7 @@ from edgekd.distill.methods import (
     build_methods,
     methods_state,
 )
+from edgekd.distill.states import TokenStates
 from edgekd.errors import EdgeKDError
 from edgekd.progress import console, progress_bar
 from edgekd.registry import LAYER_LOSSES, LOSSES, STUDENTS
@@ -200,6 +201,7 @@ def train_student(
     trainable = list(model.parameters()) + (
         list(layer_loss.parameters()) if layer_loss is not None else []
     )
+    trainable += [p for method in extras.methods for p in method.parameters()]
     lr = cfg.lr or model.default_lr
     # The fused kernel updates every tensor in one pass: ~3 ms less per BiLSTM step on
     # 2 cores than the per-tensor loop torch uses on CPU by default.
@@ -243,6 +245,7 @@ def train_student(
             step = Step(
                 model, unwrapped_student, batch, logits, gold, epoch,
                 texts=lambda: [train.texts[i] for i in rows.tolist()], features=s_feat,
+                rows=rows,
             )  # fmt: skip
             for method in methods:
                 term = method.loss(step)
@@ -552,8 +555,10 @@ def build_extras(
     sources: np.ndarray,
     n_original: int,
     pairs: bool = False,
+    states: TokenStates | None = None,
 ) -> Extras:
-    """The online teacher, layer loss and training-time methods the config asks for."""
+    """The online teacher, layer loss and training-time methods the config asks for
+    (`states`: the transfer rows' teacher token states, for `token_states`)."""
     extras = Extras(teacher_tokenizer=teacher_tok, n_original=n_original)
     if cfg.intermediate is not None:
         from edgekd.distill.layers import encoder_shape
@@ -576,7 +581,7 @@ def build_extras(
         except ValueError as e:  # e.g. more student layers than the teacher has
             raise EdgeKDError(f"intermediate {name!r}: {e}; fix intermediate.options") from None
         extras.teacher = teacher
-    run = MethodRun(cfg, student, tok, teacher, teacher_tok, sources, n_original, pairs)
+    run = MethodRun(cfg, student, tok, teacher, teacher_tok, sources, n_original, pairs, states)
     extras.methods = build_methods(run)
     if any(type(m).needs_teacher for m in extras.methods):
         extras.teacher = teacher

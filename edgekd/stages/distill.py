@@ -36,6 +36,7 @@ from edgekd.distill.labeling import (
     teacher_labels,
 )
 from edgekd.distill.losses import NO_LABEL
+from edgekd.distill.states import TokenStates
 from edgekd.distill.teacher import at_trained_length, load_teacher, teacher_label_names
 from edgekd.distill.timebudget import (
     MIN_EPOCHS,
@@ -213,9 +214,10 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     # Under `accelerate launch`, every process labels a share of the rows the cache lacks
     # and gets every process's logits back; the main alone reads and writes the cache, and
     # its clock decides how many augmented rows fit, so all train on one transfer set.
+    states: dict[str, TokenStates] = {}  # with `token_states`: the training rows'
     logits, hits, runtime = teacher_labels(
         cfg, splits, teacher, teacher_tok, task.label_names, OnnxLabelers, plan,
-        process_group(state),
+        process_group(state), states,
     )  # fmt: skip
     kept = len(logits["augmented"]) if extra else 0
     dev_logits = logits["dev"]
@@ -243,7 +245,13 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
 
     t = time.perf_counter()
     pairs = not isinstance(train.texts[0], str)
-    extras = build_extras(cfg, student, tok, teacher, teacher_tok, sources, len(train), pairs)
+    transfer_states = None
+    if "train" in states:  # in transfer order: the training rows, then the augmented
+        parts = [states["train"], *([states["augmented"]] if "augmented" in states else [])]
+        transfer_states = TokenStates.concat(parts, cfg.token_states)
+    extras = build_extras(
+        cfg, student, tok, teacher, teacher_tok, sources, len(train), pairs, transfer_states
+    )
     if extras.teacher is None:
         del teacher  # not needed past this point; free its memory
     seconds["prepare_student"] += time.perf_counter() - t

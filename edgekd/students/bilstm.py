@@ -77,6 +77,10 @@ class BiLSTMStudent(TableStudent):
             raise EdgeKDError("the fixed-length form takes single texts; pair models use ONNX")
         return Int8FixedLengthBiLSTM(self) if int8 else FixedLengthBiLSTM(self)
 
+    @staticmethod
+    def token_width(config: BiLSTMConfig) -> int:
+        return 2 * config.hidden_size
+
     def encode(
         self,
         input_ids: torch.Tensor,
@@ -84,24 +88,45 @@ class BiLSTMStudent(TableStudent):
         mix: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """One text per row → its pooled BiLSTM states (batch × 2·hidden)."""
+        return self.run(input_ids, attention_mask, mix, tokens=False)[0]
+
+    def encode_tokens(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        pooled, out = self.run(input_ids, attention_mask, None, tokens=True)
+        assert out is not None
+        return pooled, out
+
+    def run(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        mix: tuple[torch.Tensor, torch.Tensor] | None,
+        tokens: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(pooled states, and with `tokens` each token's 2·hidden outputs, zero past
+        the text's end)."""
         x, attention_mask = self.embed(input_ids, attention_mask, mix)
         lengths = attention_mask.sum(1)
         x = self.dropout(x)
         packed = nn.utils.rnn.pack_padded_sequence(
             x, lengths.cpu(), batch_first=True, enforce_sorted=False
         )
-        out, (h_n, _) = self.lstm(packed)
+        packed_out, (h_n, _) = self.lstm(packed)
+        out = None
+        if tokens or self.config.pooling != "last":
+            out, _ = nn.utils.rnn.pad_packed_sequence(
+                packed_out, batch_first=True, total_length=input_ids.shape[1]
+            )
         if self.config.pooling == "last":
             # h_n: (2 directions, batch, hidden): forward's last step, backward's first.
             pooled = torch.cat([h_n[0], h_n[1]], dim=1)
         else:
-            out, _ = nn.utils.rnn.pad_packed_sequence(
-                out, batch_first=True, total_length=input_ids.shape[1]
-            )
+            assert out is not None
             # Padding must never win the max: push it far below any LSTM output (|h| < 1).
             pad = ~attention_mask.bool().unsqueeze(-1)
             pooled = out.masked_fill(pad, -1e4).max(dim=1).values
-        return pooled
+        return pooled, out
 
 
 class FixedLengthBiLSTM(nn.Module):

@@ -78,6 +78,10 @@ class CNNStudent(TableStudent):
     def encoded_width(config: CNNConfig) -> int:
         return len(config.widths) * config.filters
 
+    @staticmethod
+    def token_width(config: CNNConfig) -> int:
+        return len(config.widths) * config.filters
+
     def encode(
         self,
         input_ids: torch.Tensor,
@@ -86,12 +90,30 @@ class CNNStudent(TableStudent):
     ) -> torch.Tensor:
         """One text per row → the max of each window feature over the text
         (batch × widths·filters)."""
+        return self.run(input_ids, attention_mask, mix, tokens=False)[0]
+
+    def encode_tokens(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        pooled, out = self.run(input_ids, attention_mask, None, tokens=True)
+        assert out is not None
+        return pooled, out
+
+    def run(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        mix: tuple[torch.Tensor, torch.Tensor] | None,
+        tokens: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(pooled features, and with `tokens` each token's features: those of the
+        window of each width that ends at it, batch × T × widths·filters)."""
         x, attention_mask = self.embed(input_ids, attention_mask, mix)
         mask = attention_mask.to(x.dtype)
         x = self.dropout(x) * mask.unsqueeze(-1)
         t = x.shape[1]
         lengths = mask.sum(1, keepdim=True)  # batch × 1
-        pooled = []
+        pooled, ending = [], []
         for w, linear in zip(self.config.widths, self.windows, strict=True):
             padded = F.pad(x, (0, 0, w - 1, w - 1))  # batch × (t + 2w − 2) × e
             # Window j holds tokens j − w + 1 … j: the w shifted views side by side.
@@ -102,4 +124,6 @@ class CNNStudent(TableStudent):
             position = torch.arange(t + w - 1, device=x.device, dtype=x.dtype).unsqueeze(0)
             touches = (position < lengths + (w - 1)).to(x.dtype)
             pooled.append((h * touches.unsqueeze(-1)).max(dim=1).values)
-        return torch.cat(pooled, dim=1)
+            if tokens:  # window j ends at token j (it holds tokens j − w + 1 … j)
+                ending.append(h[:, :t] * mask.unsqueeze(-1))
+        return torch.cat(pooled, dim=1), (torch.cat(ending, dim=-1) if tokens else None)

@@ -131,11 +131,17 @@ class OnnxPredictor:
         return {k: v for k, v in enc.items() if k in self.input_names}
 
     def logits(
-        self, texts: list[str], description: str | None = None, in_order: bool = False
+        self,
+        texts: list[str],
+        description: str | None = None,
+        in_order: bool = False,
+        sink: Any = None,
     ) -> np.ndarray:
         """Logits in the order of `texts`; with `description`, a progress bar. Batches
         are rows of similar length; `in_order`: consecutive rows instead, the batches a
-        caller sends (what the one-file model's export check compares it on)."""
+        caller sends (what the one-file model's export check compares it on). `sink`
+        (`edgekd.distill.states.StateSink`): each batch's `hidden` output (a teacher
+        exported with its token states) is recorded there, by text."""
         import contextlib
 
         check_rows(texts, self.pairs, self.path)
@@ -159,7 +165,10 @@ class OnnxPredictor:
                 # onnxruntime releases the GIL inside run(): the workers overlap.
                 for idx in batches[worker :: len(self.sessions)]:
                     feed = self.feed([ids[i] for i in idx])
-                    out[idx] = self.sessions[worker].run(None, feed)[0]
+                    outputs = self.sessions[worker].run(None, feed)
+                    out[idx] = outputs[0]
+                    if sink is not None:  # outputs[1]: the teacher's `hidden`
+                        sink.record([texts[i] for i in idx], outputs[1], feed["input_ids"])
                     if bar is not None and job is not None:
                         bar.update(job, advance=len(idx))
 

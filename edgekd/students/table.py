@@ -113,7 +113,7 @@ class TableStudent(Student):
     """A token table, an encoder (the subclass's) and the MLP head."""
 
     Config: ClassVar[type[TableConfig]]
-    capabilities: ClassVar[frozenset[str]] = frozenset({"pairs", "mixup", "trim"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({"pairs", "mixup", "trim", "token_states"})
 
     def __init__(self, config: Any, vocab_size: int, num_labels: int) -> None:
         super().__init__(config, vocab_size, num_labels)
@@ -149,6 +149,18 @@ class TableStudent(Student):
         """One text per row → its pooled vector (batch × `encoded_width`)."""
         raise NotImplementedError
 
+    @staticmethod
+    def token_width(config: Any) -> int:
+        """Width of `encode_tokens`' state per token."""
+        raise NotImplementedError
+
+    def encode_tokens(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(pooled vector as `encode` gives it, and each token's state: batch × T ×
+        `token_width`), from one pass: what `token_states` distils into."""
+        raise NotImplementedError
+
     def embed(
         self,
         input_ids: torch.Tensor,
@@ -172,17 +184,24 @@ class TableStudent(Student):
         input_ids_b: torch.Tensor | None = None,
         attention_mask_b: torch.Tensor | None = None,
         mix: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
+        return_hidden: bool = False,
+    ) -> Any:
         """Logits for texts, or for pairs (`*_b`: the second texts) with the siamese
-        encoder of Tang et al.: one shared encoder reads both sides."""
-        pooled = self.encode(input_ids, attention_mask, mix)
+        encoder of Tang et al.: one shared encoder reads both sides. `return_hidden`:
+        (logits, (token states of the first texts,)), for `token_states`."""
+        tokens = None
+        if return_hidden:
+            pooled, tokens = self.encode_tokens(input_ids, attention_mask)
+        else:
+            pooled = self.encode(input_ids, attention_mask, mix)
         if self.config.pair:
             if input_ids_b is None or attention_mask_b is None:
                 raise ValueError("a pair student needs input_ids_b and attention_mask_b")
             other = self.encode(input_ids_b, attention_mask_b, mix)
             pooled = torch.cat([pooled, other, pooled * other, (pooled - other).abs()], dim=1)
         hidden = torch.relu(self.mlp(self.dropout(pooled)))
-        return self.classifier(self.dropout(hidden))
+        logits = self.classifier(self.dropout(hidden))
+        return (logits, (tokens,)) if tokens is not None else logits
 
     def onnx_inputs(self) -> dict[str, dict[int, str]]:
         axes = super().onnx_inputs()
