@@ -1,5 +1,7 @@
-"""Every file in examples/ validates, and CI reads the README's set-up and test blocks
-(tests/test_readme.py runs the README's other commands and each example as written)."""
+"""Every file in examples/ validates (budgets, configs, recipes, the GitHub Action's calls
+and its example workflow), and CI's `.ci/run` reads the README's set-up and test blocks
+as written (tests/test_readme.py runs every other ```bash block of the README, the docs
+site's pages and benchmarks/*.md, and each example's documented command)."""
 
 import subprocess
 from pathlib import Path

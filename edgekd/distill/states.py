@@ -8,9 +8,9 @@ every token, projected on the top `k` principal components of those states and
 scaled to unit variance per component (`StateBasis`), is a target for a linear map
 of the student's own token states (`edgekd.distill.methods.TokenStateLoss`).
 
-Measured before it was built (benchmarks/token_states.py): 20,000 SST-2 rows, no
-augmentation, 8 epochs, the same loop and seed: dev 0.846 with k = 32 against 0.836
-with logits alone.
+Measured (benchmarks/token_states.py): 20,000 SST-2 rows, no augmentation, 8 epochs,
+edgekd's own loop, 3 seeds: the last epoch's dev accuracy 0.8589 with k = 32 against
+0.8429 with logits alone (median; higher on every seed), at 9% more seconds an epoch.
 
 What is stored: per row, its tokens' k numbers in float16 (`TokenStates`, ragged:
 2·k bytes a token; 32 components of SST-2's ~114,000 transfer rows of ~10 pieces
