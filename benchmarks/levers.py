@@ -161,7 +161,7 @@ def markdown(rows: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for key, row in rows.items():
-        task, arm = key.split(" | ")
+        task, arm = key.split(" | ")[:2]
         retention = row["median_retention"]
         md.append(
             f"| {task} | {arm} | {len(row['runs'])} | {row['median_score']:.4f} | "
@@ -192,7 +192,13 @@ def main() -> None:
     earlier = json.loads(path.read_text()).get("rows", {}) if path.is_file() else {}
     if smoke.SMOKE:
         earlier = {}
-    rows = {**earlier, **{f"{args.task} | {arm}": summary(runs[arm]) for arm in arms}}
+    # One row per (task, arm, revision): a new revision's defaults arm joins the table
+    # beside the one earlier levers were measured against, never over it.
+    ran = {arm: summary(runs[arm]) for arm in arms}
+    rows = {
+        **earlier,
+        **{f"{args.task} | {arm} | {ran[arm]['revision']}": ran[arm] for arm in arms},
+    }
     path.write_text(json.dumps({"smoke": smoke.SMOKE, "rows": rows}, indent=2))
     text = smoke.markdown(markdown(rows))
     (args.out / "levers.md").write_text(text)
