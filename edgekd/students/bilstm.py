@@ -81,22 +81,6 @@ class BiLSTMStudent(TableStudent):
     def token_width(config: BiLSTMConfig) -> int:
         return 2 * config.hidden_size
 
-    def encode(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        mix: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """One text per row → its pooled BiLSTM states (batch × 2·hidden)."""
-        return self.run(input_ids, attention_mask, mix, tokens=False)[0]
-
-    def encode_tokens(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        pooled, out = self.run(input_ids, attention_mask, None, tokens=True)
-        assert out is not None
-        return pooled, out
-
     def run(
         self,
         input_ids: torch.Tensor,

@@ -82,23 +82,6 @@ class CNNStudent(TableStudent):
     def token_width(config: CNNConfig) -> int:
         return len(config.widths) * config.filters
 
-    def encode(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        mix: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """One text per row → the max of each window feature over the text
-        (batch × widths·filters)."""
-        return self.run(input_ids, attention_mask, mix, tokens=False)[0]
-
-    def encode_tokens(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        pooled, out = self.run(input_ids, attention_mask, None, tokens=True)
-        assert out is not None
-        return pooled, out
-
     def run(
         self,
         input_ids: torch.Tensor,

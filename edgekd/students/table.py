@@ -9,9 +9,9 @@ encoder between a token table and a classifier head.
   (`encode`), or per sentence pair Tang et al.'s siamese features [h1, h2, h1⊙h2,
   |h1−h2|] from one shared encoder.
 
-A subclass builds its encoder in `build_encoder`, says how wide `encode`'s vector is
-(`encoded_width`) and implements `encode`; prepare, pairs, trimming and the ONNX inputs
-come from here.
+A subclass builds its encoder in `build_encoder`, says how wide its pooled vector and
+its token states are (`encoded_width`, `token_width`) and implements `run`; encode,
+prepare, pairs, trimming and the ONNX inputs come from here.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ class TableStudent(Student):
         mix: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """One text per row → its pooled vector (batch × `encoded_width`)."""
-        raise NotImplementedError
+        return self.run(input_ids, attention_mask, mix, tokens=False)[0]
 
     @staticmethod
     def token_width(config: Any) -> int:
@@ -159,6 +159,19 @@ class TableStudent(Student):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(pooled vector as `encode` gives it, and each token's state: batch × T ×
         `token_width`), from one pass: what `token_states` distils into."""
+        pooled, tokens = self.run(input_ids, attention_mask, None, tokens=True)
+        assert tokens is not None
+        return pooled, tokens
+
+    def run(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        mix: tuple[torch.Tensor, torch.Tensor] | None,
+        tokens: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The encoder: (pooled vector, and with `tokens` each token's state, zero past
+        the text's end). MixKD's `mix` is applied to the token vectors first."""
         raise NotImplementedError
 
     def embed(
