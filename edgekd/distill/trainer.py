@@ -257,6 +257,8 @@ def train_student(
     # weight average, and each method's own state; and what it must match: this config
     # and these rows.
     kept = methods_state(methods)
+    for module in kept.modules.values():  # on the student's device, as the layer loss is
+        module.to(accelerator.device)
     modules: dict[str, torch.nn.Module] = dict(kept.modules)
     if layer_loss is not None:
         modules["layer_loss"] = layer_loss
