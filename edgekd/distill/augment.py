@@ -274,8 +274,9 @@ def text_key(cfg: AugmentConfig) -> str:
     """What the augmented rows depend on (training-time methods left out), for caching.
     Not `max_rows`: a cap keeps a prefix of the same seeded order, so a capped run (or
     a budgeted run's resolved config, which states its cap) reuses the chunks labelled
-    without one."""
-    fields = cfg.model_dump(exclude={"methods", "max_rows"})
+    without one. Not `order`: it orders the same candidates (a reordered prefix's
+    chunks have keys of their own, each hashing its rows)."""
+    fields = cfg.model_dump(exclude={"methods", "max_rows", "order"})
     fields["methods"] = [m.model_dump() for m in methods_of_stage(cfg.methods, "text")]
     return json.dumps(fields, sort_keys=True)
 

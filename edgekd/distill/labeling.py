@@ -61,7 +61,7 @@ from edgekd.distill.states import (
     TokenStates,
     row_states,
 )
-from edgekd.distill.transfer import Chained, TextColumn, permute, write_column
+from edgekd.distill.transfer import Chained, TakenColumn, TextColumn, permute, write_column
 from edgekd.errors import EdgeKDError
 from edgekd.progress import console
 
@@ -829,8 +829,11 @@ def decide_labelers(
     if runtime == "torch":
         return LabelerChoice("torch", "torch", info={"used": "torch"}, states=states), None
     transfer = {k: v for k, v in splits.items() if k != "dev"}
-    # Drawn from the rows as one sequence, without copying them out of their files.
-    sample = calibration_sample(Chained(list(transfer.values())), cfg.seed)
+    # Drawn from the rows as one sequence, without copying them out of their files; from
+    # the candidates in their seeded order, whatever order `augment.order` labels them in
+    # (the same rows: the same sample, margin and keys for the training rows).
+    seeded = [v.column if isinstance(v, TakenColumn) else v for v in transfer.values()]
+    sample = calibration_sample(Chained(seeded), cfg.seed)
     cal_key = cache_key(fingerprint, sample, cfg.teacher_max_length, "calibration")
     # auto's labels depend on the margin its calibration picks: the key names the sample.
     tag = f"auto:{cal_key[:16]}" if runtime == "auto" else runtime

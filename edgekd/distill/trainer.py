@@ -521,8 +521,15 @@ def weight_average(model: torch.nn.Module, horizon: float | None, steps_per_epoc
 def preflight(cfg: DistillConfig) -> None:
     """Every check that needs no data or teacher, so a bad config fails at once. (Each
     component's options were validated when `cfg` was built.)"""
+    from edgekd.distill.augment import methods_of_stage
+
     build_loss(cfg)  # the loss's epochs and schedules
     check_methods(cfg, STUDENTS.get(cfg.student.name))
+    if cfg.augment.order != "seeded" and not methods_of_stage(cfg.augment.methods, "text"):
+        raise EdgeKDError(
+            f"augment.order {cfg.augment.order!r} orders augmented variants, and no text "
+            "augmenter makes any; add one (e.g. --augment tang) or drop augment.order"
+        )
 
 
 def check_methods(cfg: DistillConfig, student_cls: Any) -> None:

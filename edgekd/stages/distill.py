@@ -28,6 +28,7 @@ from edgekd.config import (
 )
 from edgekd.data import Split, Text, align_labels, carve_selection, load_task
 from edgekd.distill import checkpoint as ckpt
+from edgekd.distill.active import scout_order
 from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
 from edgekd.distill.labeling import (
     AugmentedPlan,
@@ -55,6 +56,7 @@ from edgekd.distill.trainer import (
     preflight,
     train_student,
 )
+from edgekd.distill.transfer import TakenColumn, TextColumn
 from edgekd.errors import EdgeKDError
 from edgekd.exporters.teacher import OnnxLabelers
 from edgekd.io import atomic_dir, check_not_input, check_output, config_inputs
@@ -174,6 +176,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     if tfidf is not None:
         console.print(f"yardstick: TF-IDF + LR dev accuracy {tfidf.accuracy:.4f}")
     t = time.perf_counter()
+    extra: TextColumn | TakenColumn
     extra, sources = augmented_texts(cfg, train.texts, teacher_tok)
     seconds["augment"] = time.perf_counter() - t
 
@@ -189,6 +192,22 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
             f"student {cfg.student.name!r}: {str(e).splitlines()[0]}; fix student.options"
         ) from None
     seconds["prepare_student"] = time.perf_counter() - t
+    capped = clock is not None or cfg.augment.max_rows is not None
+    if cfg.augment.order != "seeded" and len(extra) and capped:
+        # Before labelling: the scout picks which variants the teacher labels first (with
+        # no cap every one is labelled, and the order would only cost the scout's time).
+        # One order for every process (the main's): each labels its share of the rows.
+        t = time.perf_counter()
+        order = process_group(state).decided(
+            lambda: scout_order(cfg, student, tok, train.texts, train.labels, extra, sources)
+        )
+        extra = TakenColumn(extra, order)
+        sources = extra.sources
+        seconds["scout"] = time.perf_counter() - t
+        console.print(
+            f"scout: {len(extra):,} variants ordered {cfg.augment.order} "
+            f"in {seconds['scout']:.0f} s"
+        )
 
     checkpoint = checkpoint_dir(out_dir)
     plan = AugmentedPlan(limit=cfg.augment.max_rows)

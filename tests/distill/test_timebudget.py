@@ -361,3 +361,33 @@ def test_thread_counts_offer_one_thread_only_where_switching_keeps_the_weights(m
     assert threads.thread_counts(4) == [4, 1] and threads.thread_counts(1) == [1]
     monkeypatch.setattr(threads, "strict_blas", lambda: None)
     assert threads.thread_counts(4) == [4]
+
+
+def test_probe_steps_a_token_state_map_only_when_token_states_are_on(tiny_teacher, monkeypatch):
+    # With token_states each real step also maps the student's token states onto the
+    # teacher's components (TokenStateLoss, +9% a step on SST-2): the probe's steps must
+    # do that work too, or its rate is too high.
+    from edgekd.config import DistillConfig
+    from edgekd.distill import timebudget
+    from edgekd.distill.teacher import load_teacher
+    from edgekd.students.bilstm import BiLSTMStudent
+
+    teacher, ttok = load_teacher(str(tiny_teacher))
+    texts = ["good film", "bad plot here", "the film", "a great one"] * 20
+    options = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
+    student, tok = BiLSTMStudent.prepare(options, texts, 2, teacher, ttok)
+    calls: list[bool] = []
+    forward = BiLSTMStudent.forward
+
+    def spy(self, *args, **kwargs):
+        calls.append(bool(kwargs.get("return_hidden", False)))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(BiLSTMStudent, "forward", spy)
+    with_states = DistillConfig(teacher="t", token_states=4, batch_size=8)
+    assert timebudget._probe(with_states, student, tok, texts, 2, 0.01) > 0
+    assert calls and all(calls)
+    calls.clear()
+    plain = with_states.model_copy(update={"token_states": 0})
+    assert timebudget._probe(plain, student, tok, texts, 2, 0.01) > 0
+    assert calls and not any(calls)

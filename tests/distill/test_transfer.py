@@ -134,3 +134,24 @@ def test_augmented_texts_without_text_methods_are_empty():
     )
     assert len(rows) == 0 and not rows and len(sources) == 0
     assert list(TRAIN + rows) == TRAIN
+
+
+def test_taken_column_reads_rows_sources_and_prefixes_in_its_order(tmp_path, monkeypatch):
+    from edgekd.distill.transfer import TakenColumn
+
+    monkeypatch.setattr(transfer, "BATCH_ROWS", 2)
+    path = tmp_path / "rows.arrow"
+    write_column(path, ((t, i * 7) for i, t in enumerate(ROWS)), pairs=False)
+    order = np.array([3, 0, 4, 1, 2])
+    col = TakenColumn(TextColumn(path), order)
+    want = [ROWS[i] for i in order]
+    assert len(col) == 5 and list(col) == want and col[:] == want and col[1:3] == want[1:3]
+    assert col[0] == ROWS[3] and col[-1] == ROWS[2] and col[::2] == want[::2]
+    assert col.sources.tolist() == [21, 0, 28, 7, 14]
+    head = col.head(2)
+    assert list(head) == want[:2] and head.sources.tolist() == [21, 0]
+    assert list(["t"] + col) == ["t", *want]  # noqa: RUF005 (joins through __radd__)
+    assert col[::-1] == want[::-1] and col[-2:] == want[-2:]
+    assert col[3:1] == [] and col[10:20] == [] and list(col.head(0)) == []
+    with pytest.raises(IndexError):
+        col[5]

@@ -622,3 +622,59 @@ def test_run_distill_cnn_student_trains_then_exports_an_int8_model_that_agrees(
     fp32, int8 = report["models"]["fp32"], report["models"]["int8"]
     assert fp32["accuracy"] == pytest.approx(m["student_accuracy"])
     assert abs(int8["accuracy"] - fp32["accuracy"]) <= 0.1
+
+
+def test_run_distill_uncertain_order_labels_the_scouts_rows_and_reruns_to_them(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # Capped at 12 candidates: the teacher labels the scout's 12 least sure, not the
+    # seeded 12, and the resolved config reruns to the same rows and the same student.
+    import numpy as np
+    import yaml
+
+    from edgekd.config import AugmentConfig
+    from edgekd.stages import distill as stage
+
+    labelled: list[list[str]] = []
+    orders: list[list[int]] = []
+    candidates: list[list[str]] = []
+    teacher_labels, scout_order = stage.teacher_labels, stage.scout_order
+
+    def spy_labels(cfg, splits, *args, **kwargs):
+        logits = teacher_labels(cfg, splits, *args, **kwargs)
+        labelled.append(list(splits["augmented"][: len(logits[0]["augmented"])]))
+        return logits
+
+    def spy_order(*args, **kwargs):
+        candidates.append(list(args[5]))
+        orders.append(scout_order(*args, **kwargs).tolist())
+        return np.array(orders[-1])
+
+    monkeypatch.setattr(stage, "teacher_labels", spy_labels)
+    monkeypatch.setattr(stage, "scout_order", spy_order)
+    aug = AugmentConfig(methods=["mask"], n_iter=3, max_rows=12)
+    seeded = run_distill(cfg(tiny_teacher, tiny_data, augment=aug, epochs=1), tmp_path / "a")
+    assert seeded["n_augmented"] == 12 and "scout" not in seeded["seconds"] and not orders
+    scouted = aug.model_copy(update={"order": "uncertain"})
+    m = run_distill(cfg(tiny_teacher, tiny_data, augment=scouted, epochs=1), tmp_path / "b")
+    assert m["n_augmented"] == 12 and "scout" in m["seconds"] and len(orders) == 1
+    rows, order = candidates[0], orders[0]
+    assert len(rows) > 12 and sorted(order) == list(range(len(rows)))
+    assert labelled[0] == rows[:12]  # seeded: the first 12 candidates
+    assert labelled[1] == [rows[i] for i in order[:12]] != labelled[0]  # the scout's 12
+    config = (tmp_path / "b" / "config.yaml").read_text()
+    resolved = DistillConfig.model_validate(yaml.safe_load(config))
+    assert resolved.augment.order == "uncertain" and resolved.augment.max_rows == 12
+    run_distill(resolved, tmp_path / "c")
+    assert labelled[2] == labelled[1] and orders[1] == order
+    weights = "model.safetensors"
+    assert (tmp_path / "b" / weights).read_bytes() == (tmp_path / "c" / weights).read_bytes()
+
+
+def test_run_distill_refuses_an_order_without_a_text_augmenter(tiny_data, tmp_path):
+    from edgekd.config import AugmentConfig
+
+    with pytest.raises(EdgeKDError, match="add one"):
+        augment = AugmentConfig(methods=["mixup"], order="uncertain")
+        run_distill(cfg("no/teacher", tiny_data, augment=augment), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
