@@ -31,6 +31,13 @@ def test_uncertain_order_per_text_takes_each_texts_least_sure_variant_first():
     assert uncertain_order(gaps, sources).tolist() == [3, 1, 4, 0, 2]
 
 
+@pytest.fixture(autouse=True)
+def _small_scout(monkeypatch):
+    from edgekd.distill import active
+
+    monkeypatch.setattr(active, "SCOUT_ROWS", 160)  # 2 epochs of the 80 rows below
+
+
 def rows(n: int, seed: int) -> tuple[list[str], list[int]]:
     rng = np.random.default_rng(seed)
     texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(2, 7)))) for _ in range(n)]
@@ -122,3 +129,26 @@ def test_scout_order_scores_the_candidates_a_slice_at_a_time(prepared, monkeypat
     monkeypatch.setattr(active, "SCORE_ROWS", 7)  # 60 rows: 9 slices
     sliced = scout_order(config("uncertain"), student, tok, texts, labels, candidates, sources)
     assert sliced.tolist() == whole.tolist()
+
+
+def test_train_scout_trains_on_its_rows_epoch_after_epoch_whatever_the_tasks_size(
+    prepared, monkeypatch
+):
+    # 80 rows: 100 rows are one epoch and part of the next, stopping at the batch that
+    # reaches 100 (one-length batches: not all hold 8 rows).
+    from edgekd.students.bilstm import BiLSTMStudent
+
+    student, tok, texts, labels, _ = prepared
+    seen: list[int] = []
+    forward = BiLSTMStudent.forward
+
+    def spy(self, input_ids, *args, **kwargs):
+        seen.append(len(input_ids))
+        return forward(self, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(BiLSTMStudent, "forward", spy)
+    train_scout(config("uncertain"), student, tok, texts, labels, rows=100)
+    assert sum(seen) >= 100 > sum(seen[:-1]) and sum(seen) > len(texts)
+    seen.clear()
+    train_scout(config("uncertain"), student, tok, texts, labels, rows=20)
+    assert sum(seen) >= 20 > sum(seen[:-1])  # under one epoch: cut short

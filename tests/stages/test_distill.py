@@ -633,8 +633,10 @@ def test_run_distill_uncertain_order_labels_the_scouts_rows_and_reruns_to_them(
     import yaml
 
     from edgekd.config import AugmentConfig
+    from edgekd.distill import active
     from edgekd.stages import distill as stage
 
+    monkeypatch.setattr(active, "SCOUT_ROWS", 400)  # a few epochs of the tiny task
     labelled: list[list[str]] = []
     orders: list[list[int]] = []
     candidates: list[list[str]] = []
