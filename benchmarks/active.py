@@ -66,7 +66,7 @@ def main() -> None:
 
     from edgekd.config import AugmentConfig, DataConfig, DistillConfig
     from edgekd.data import Split, align_labels, load_task
-    from edgekd.distill.active import scout_order
+    from edgekd.distill.active import SCOUT_ROWS, scout_order
     from edgekd.distill.labeling import AugmentedPlan, augmented_texts, teacher_labels
     from edgekd.distill.losses import NO_LABEL
     from edgekd.distill.teacher import load_teacher, teacher_label_names
@@ -136,12 +136,18 @@ def main() -> None:
             )
             half = curve[len(curve) // 2 :]
             distinct = len(set(extra.sources.tolist()))
+            # What the order picked: shorter rows, or more masked words, than a uniform draw?
+            picked = list(extra)
+            mask = getattr(ttok, "mask_token", None) or "[MASK]"
+            words = statistics.mean(len(str(r).split()) for r in picked) if picked else 0.0
+            masked = sum(str(r).count(mask) for r in picked) / max(1, len(picked))
             results.append(
                 {
                     "arm": arm, "seed": seed, "curve": curve, "last": last,
                     "late_mean": statistics.mean(half), "scout_s": round(scout_s, 1),
                     "label_s": round(label_s, 1), "train_s": round(train_s, 1),
-                    "texts_varied": distinct,
+                    "texts_varied": distinct, "mean_words": round(words, 2),
+                    "masks_per_row": round(masked, 3),
                 }
             )  # fmt: skip
             print(
@@ -165,6 +171,7 @@ def main() -> None:
         "revision": tasks.revision(), "task": args.task, "metric": metric,
         "train_rows": len(train), "candidates": len(candidates), "labelled": rows,
         "epochs": epochs, "seeds": seeds, "teacher_score": teacher_score, "smoke": smoke.SMOKE,
+        "scout_rows": SCOUT_ROWS,
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"active_{args.task}"
@@ -177,16 +184,21 @@ def main() -> None:
         "",
         f"{meta['machine']}; revision {meta['revision']}; {len(train):,} training rows, "
         f"{rows:,} of {len(candidates):,} candidate variants labelled, {epochs} epochs, the "
-        f"default BiLSTM; teacher {split_name} {what} {teacher_score:.4f}. The student's "
+        f"default BiLSTM; the scout trains on {SCOUT_ROWS:,} rows; teacher {split_name} "
+        f"{what} {teacher_score:.4f}. The student's "
         f"{split_name} {what} at its last epoch (late: the accuracy's mean over the last "
-        "half of the epochs); texts varied: training texts with a variant in the labelled "
-        "rows.",
+        "half of the epochs); label s: the teacher's seconds on the training, evaluation and "
+        "picked rows (the run's first arm of a seed labels the training rows too); texts "
+        "varied: training texts with a variant in the labelled rows; words and [MASK]s per "
+        "picked row.",
         "",
-        "| order | seed | last | late mean | scout s | texts varied |",
-        "|---|---|---|---|---|---|",
+        "| order | seed | last | late mean | scout s | label s | texts varied | words / row | "
+        "masks / row |",
+        "|---|---|---|---|---|---|---|---|---|",
         *(
             f"| {r['arm']} | {r['seed']} | {r['last']:.4f} | {r['late_mean']:.4f} | "
-            f"{r['scout_s']:.0f} | {r['texts_varied']:,} |"
+            f"{r['scout_s']:.0f} | {r['label_s']:.0f} | {r['texts_varied']:,} | "
+            f"{r['mean_words']:.1f} | {r['masks_per_row']:.2f} |"
             for r in results
         ),
         "",
