@@ -2,6 +2,7 @@
 
     python benchmarks/distill_default.py [--shared ../shared] [--seeds 0 1 2]
         [--tasks [sst2] [cola]] [--no-growth] [--no-load]
+        [--sweep 5 10 15 30 60 [--loaded] [--sweep-only]]
 
 Per task and seed, from a cold teacher-logit cache (a fresh $EDGEKD_CACHE per run),
 the commands of the README, each in its own process:
@@ -23,6 +24,15 @@ its int8 ONNX at every size, where `auto` would pick PyTorch under 20,000 rows a
 the ONNX export over it, so the rows alone differ), and the labelling and
 training rates quiet and under a concurrent CPU load (benchmarks/labelling_load.py,
 run as part of this one). Medians over seeds.
+
+`--sweep MINUTES...`: the budget sweep (issue 31). The same commands with
+`--time-budget M` for each M, per task and seed: retention, epochs, augmented rows
+labelled, and the distill wall used ÷ granted (a run given M minutes should end
+between 90% and 102% of them unless it ran out of rows and epochs worth training).
+With `--loaded`, each sweep run shares the cores with another process keeping both
+busy (a 2-thread matmul loop). `--sweep-only`: the sweep alone (the default-budget
+runs, growth and load sections keep their last results). Each (task, load, budget)
+row is kept beside the others, with the revision that measured it.
 
 Writes benchmarks/results/distill_default.json and distill_default.md.
 EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
@@ -122,10 +132,36 @@ def cola_teacher(shared: Path, env: dict[str, str]) -> Path:
     return out
 
 
-def one_run(task: str, teacher: Path, data: Path, seed: int, env: dict[str, str]) -> dict:
+def hog(seconds: float) -> subprocess.Popen:
+    """Another process keeping both cores busy: a 2-thread PyTorch matmul loop (as
+    benchmarks/labelling_load.py's)."""
+    code = (
+        "import time, torch\n"
+        "torch.set_num_threads(2)\n"
+        "a = torch.randn(1024, 1024)\n"
+        f"end = time.time() + {seconds}\n"
+        "while time.time() < end: a @ a\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def one_run(
+    task: str,
+    teacher: Path,
+    data: Path,
+    seed: int,
+    env: dict[str, str],
+    budget: float | None = None,
+    loaded: bool = False,
+) -> dict:
+    """One seed's distill, export and bundle; with `budget`, under `--time-budget
+    budget` (and, `loaded`, beside a 2-core load for the distill)."""
     from edgekd.stages.bundle import Bundle
 
-    folder = RUNS / f"{task}-seed{seed}"
+    name = f"{task}-seed{seed}"
+    if budget is not None:
+        name += f"-{budget:g}min" + ("-loaded" if loaded else "")
+    folder = RUNS / name
     if (folder / "result.json").is_file():  # an interrupted benchmark: reuse finished runs
         done = json.loads((folder / "result.json").read_text())
         if done.get("revision") == revision() and not revision().endswith("-dirty"):
@@ -135,24 +171,20 @@ def one_run(task: str, teacher: Path, data: Path, seed: int, env: dict[str, str]
     cache = Path(tempfile.mkdtemp(prefix="edgekd-cold-"))
     env = {**env, "EDGEKD_CACHE": str(cache)}  # cold: the teacher labels everything
     s, e, b = folder / "student", folder / "export", folder / "bundle"
-    phases = {
-        "distill": run(
-            edgekd(
-                "distill",
-                "--student",
-                "bilstm",
-                "--teacher",
-                str(teacher),
-                "--data",
-                str(data),
-                "--out",
-                str(s),
-                "--seed",
-                str(seed),
-                *SMALL,
-            ),
+    minutes = [] if budget is None else ["--time-budget", f"{budget:g}"]
+    load = hog(60 * (budget or 0) + 600) if loaded else None
+    try:
+        distill = run(
+            edgekd("distill", "--student", "bilstm", "--teacher", str(teacher), "--data",
+                   str(data), "--out", str(s), "--seed", str(seed), *minutes, *SMALL),
             env,
-        ),
+        )  # fmt: skip
+    finally:
+        if load is not None:
+            load.kill()
+            load.wait()
+    phases = {
+        "distill": distill,
         "export": run(edgekd("export", str(s), "--out", str(e), "--int8"), env),
         "bundle": run(edgekd("bundle", str(e), "--out", str(b)), env),
     }
@@ -180,6 +212,12 @@ def one_run(task: str, teacher: Path, data: Path, seed: int, env: dict[str, str]
         "distill_seconds": metrics["seconds"],
         "phases": phases,
         "total_wall_s": round(sum(p["wall_s"] for p in phases.values()), 1),
+        "budget_min": budget,
+        "loaded": loaded,
+        # The distill process's wall clock (its start-up included) ÷ the minutes granted.
+        "used_of_granted": None if budget is None else distill["wall_s"] / (60 * budget),
+        "ended_by": (metrics.get("time_plan") or {}).get("why"),
+        "cut_after": (metrics.get("time_plan") or {}).get("cut_after"),
     }
     (folder / "result.json").write_text(json.dumps(result, indent=2))
     return result
@@ -217,19 +255,22 @@ def main() -> None:
     p.add_argument("--tasks", nargs="*", default=["sst2", "cola"], choices=["sst2", "cola"])
     p.add_argument("--no-growth", action="store_true")
     p.add_argument("--no-load", action="store_true")
+    p.add_argument("--sweep", type=float, nargs="*", default=[], help="Budgets (minutes).")
+    p.add_argument("--loaded", action="store_true", help="Sweep beside a 2-core load.")
+    p.add_argument("--sweep-only", action="store_true")
     args = p.parse_args()
     args.seeds = args.seeds[: smoke.at_most(len(args.seeds), smoke.REPEATS)]
     shared = args.shared.resolve()
     env = dict(os.environ)
     RUNS.mkdir(parents=True, exist_ok=True)
     tasks: dict[str, Any] = {}
+    sweep: dict[str, Any] = {}
     for task in args.tasks:
-        data = shared / "data" / task
-        teacher = (
-            shared / "models" / "sst2-minilm-teacher"
-            if task == "sst2"
-            else cola_teacher(shared, env)
-        )
+        if args.sweep:
+            sweep.update(budget_sweep(task, shared, args, env))
+        if args.sweep_only:
+            continue
+        data, teacher = shared / "data" / task, task_teacher(task, shared, env)
         t_scores, _ = teacher_scores(teacher, data)
         runs = [one_run(task, teacher, data, seed, env) for seed in args.seeds]
         med = statistics.median
@@ -263,7 +304,10 @@ def main() -> None:
         "smoke": smoke.SMOKE,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "tasks": {**previous.get("tasks", {}), **tasks},
+        "sweep": {**previous.get("sweep", {}), **sweep},
     }
+    if args.sweep_only:
+        args.no_growth = args.no_load = True
     if not args.no_growth:
         result["growth"] = {"revision": revision(), "rows": growth(shared, env)}
     elif "growth" in previous:
@@ -275,6 +319,38 @@ def main() -> None:
     elif "load" in previous:
         result["load"] = previous["load"]
     write(result)
+
+
+def task_teacher(task: str, shared: Path, env: dict[str, str]) -> Path:
+    if task == "sst2":
+        return shared / "models" / "sst2-minilm-teacher"
+    return cola_teacher(shared, env)
+
+
+def budget_sweep(task: str, shared: Path, args: argparse.Namespace, env: dict) -> dict:
+    """Per budget, every seed's run under it: rows keyed `task | quiet|loaded | M min`."""
+    data, teacher = shared / "data" / task, task_teacher(task, shared, env)
+    t_scores, _ = teacher_scores(teacher, data)
+    rows = {}
+    med = statistics.median
+    for minutes in args.sweep:
+        runs = [one_run(task, teacher, data, seed, env, minutes, args.loaded)
+                for seed in args.seeds]  # fmt: skip
+        key = f"{task} | {'loaded' if args.loaded else 'quiet'} | {minutes:g} min"
+        rows[key] = {
+            "revision": revision(),
+            "teacher": t_scores,
+            "runs": runs,
+            "median": {
+                "accuracy": med(r["student"]["accuracy"] for r in runs),
+                "mcc": med(r["student"]["mcc"] for r in runs),
+                "retention": med(r["student"]["accuracy"] for r in runs) / t_scores["accuracy"],
+                "epochs_run": med(r["epochs_run"] for r in runs),
+                "n_augmented": med(r["n_augmented"] for r in runs),
+                "used_of_granted": med(r["used_of_granted"] for r in runs),
+            },
+        }
+    return rows
 
 
 def write(result: dict[str, Any]) -> None:
@@ -310,6 +386,27 @@ def write(result: dict[str, Any]) -> None:
                 f"| {task} | {r['seed']} | {r['student']['accuracy']:.4f} | "
                 f"{'—' if sel is None else f'{sel:.4f}'} | {r['best_epoch']}/{r['epochs_run']} | "
                 f"{r['n_augmented']:,} | {phases} |"
+            )
+    if result.get("sweep"):
+        lines += ["", "Budget sweep (`--sweep`): the same commands under `--time-budget M`; "
+                  "medians over seeds; used = the distill process's wall ÷ the minutes "
+                  "granted.", "",
+                  "| task | machine | budget | seeds | bundle acc | MCC | retention | epochs | "
+                  "augmented rows | used | each seed | revision |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for key, row in result["sweep"].items():
+            task, load, budget = key.split(" | ")
+            m = row["median"]
+            each = ", ".join(
+                f"{r['student']['accuracy']:.4f} ({r['epochs_run']} ep, "
+                f"{100 * r['used_of_granted']:.0f}%)"
+                for r in row["runs"]
+            )
+            lines.append(
+                f"| {task} | {load} | {budget} | {len(row['runs'])} | {m['accuracy']:.4f} | "
+                f"{m['mcc']:.3f} | {m['retention']:.1%} | {m['epochs_run']:g} | "
+                f"{m['n_augmented']:,.0f} | {100 * m['used_of_granted']:.0f}% | {each} | "
+                f"{row['revision']} |"
             )
     if "growth" in result:
         lines += ["", "Cost growth (4,000 SST-2 rows, tang over every row, one epoch, "
