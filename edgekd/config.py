@@ -273,8 +273,8 @@ class AugmentConfig(StrictModel):
     order: Literal["seeded", "uncertain", "uncertain-per-text"] = Field(
         "seeded",
         description="Which variants the teacher labels first when not all fit (a budget or "
-        "max_rows): seeded (a uniform sample); uncertain (a scout, the student trained one "
-        "epoch on the gold rows, is least sure of them); uncertain-per-text (each text's "
+        "max_rows): seeded (a uniform sample); uncertain (a scout, the student trained on "
+        "100,000 gold rows, is least sure of them); uncertain-per-text (each text's "
         "least sure variant first, then each one's second, ...).",
     )
     seed: int = seed_field("Seed for drawing the augmented variants")
