@@ -132,19 +132,6 @@ def cola_teacher(shared: Path, env: dict[str, str]) -> Path:
     return out
 
 
-def hog(seconds: float) -> subprocess.Popen:
-    """Another process keeping both cores busy: a 2-thread PyTorch matmul loop (as
-    benchmarks/labelling_load.py's)."""
-    code = (
-        "import time, torch\n"
-        "torch.set_num_threads(2)\n"
-        "a = torch.randn(1024, 1024)\n"
-        f"end = time.time() + {seconds}\n"
-        "while time.time() < end: a @ a\n"
-    )
-    return subprocess.Popen([sys.executable, "-c", code])
-
-
 def one_run(
     task: str,
     teacher: Path,
@@ -172,6 +159,8 @@ def one_run(
     env = {**env, "EDGEKD_CACHE": str(cache)}  # cold: the teacher labels everything
     s, e, b = folder / "student", folder / "export", folder / "bundle"
     minutes = [] if budget is None else ["--time-budget", f"{budget:g}"]
+    from labelling_load import hog  # (it imports this module: not at the top)
+
     load = hog(60 * (budget or 0) + 600) if loaded else None
     try:
         distill = run(
@@ -279,9 +268,7 @@ def main() -> None:
             "teacher": t_scores,
             "runs": runs,
             "median": {
-                "accuracy": med(r["student"]["accuracy"] for r in runs),
-                "mcc": med(r["student"]["mcc"] for r in runs),
-                "retention": med(r["student"]["accuracy"] for r in runs) / t_scores["accuracy"],
+                **median_scores(runs, t_scores),
                 "bundle_bytes": med(r["bundle_bytes"] for r in runs),
                 "total_wall_s": med(r["total_wall_s"] for r in runs),
                 **{
@@ -321,6 +308,16 @@ def main() -> None:
     write(result)
 
 
+def median_scores(runs: list[dict], teacher: dict[str, float]) -> dict[str, float]:
+    """The bundle's accuracy and MCC over seeds (medians), and accuracy ÷ the teacher's."""
+    accuracy = statistics.median(r["student"]["accuracy"] for r in runs)
+    return {
+        "accuracy": accuracy,
+        "mcc": statistics.median(r["student"]["mcc"] for r in runs),
+        "retention": accuracy / teacher["accuracy"],
+    }
+
+
 def task_teacher(task: str, shared: Path, env: dict[str, str]) -> Path:
     if task == "sst2":
         return shared / "models" / "sst2-minilm-teacher"
@@ -342,9 +339,7 @@ def budget_sweep(task: str, shared: Path, args: argparse.Namespace, env: dict) -
             "teacher": t_scores,
             "runs": runs,
             "median": {
-                "accuracy": med(r["student"]["accuracy"] for r in runs),
-                "mcc": med(r["student"]["mcc"] for r in runs),
-                "retention": med(r["student"]["accuracy"] for r in runs) / t_scores["accuracy"],
+                **median_scores(runs, t_scores),
                 "epochs_run": med(r["epochs_run"] for r in runs),
                 "n_augmented": med(r["n_augmented"] for r in runs),
                 "used_of_granted": med(r["used_of_granted"] for r in runs),
