@@ -75,8 +75,8 @@ def train_scout(
     follows the load as the training loop's does (`ThreadGovernor`: beside a busy
     neighbour 2 threads crawl at 1-6% of their quiet speed), with the same
     thread-count exact softmax, layer norms and clipping, so every count gives the
-    same scout. The run's random generators are left as they
-    were, and its thread count is given back."""
+    same scout. The run's random generators are left as they were, and its thread
+    count is given back."""
     import torch
 
     from edgekd.threads import (
