@@ -156,13 +156,10 @@ def main() -> None:
                 flush=True,
             )
 
-    summary = {
+    summary = {  # per arm, each figure's median over seeds
         arm: {
-            "last_median": statistics.median(r["last"] for r in results if r["arm"] == arm),
-            "late_mean_median": statistics.median(
-                r["late_mean"] for r in results if r["arm"] == arm
-            ),
-            "scout_s_median": statistics.median(r["scout_s"] for r in results if r["arm"] == arm),
+            f"{key}_median": statistics.median(r[key] for r in results if r["arm"] == arm)
+            for key in ("last", "late_mean", "scout_s")
         }
         for arm in arms
     }

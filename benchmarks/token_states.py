@@ -120,13 +120,10 @@ def main() -> None:
             print(f"seed {seed} {arm}: last {curve[-1]:.4f}, late mean {statistics.mean(half):.4f}")
 
     arms = ["logits", "logits + token states"]
-    summary = {
+    summary = {  # per arm, each figure's median over seeds
         arm: {
-            "last_median": statistics.median(r["last"] for r in results if r["arm"] == arm),
-            "late_mean_median": statistics.median(
-                r["late_mean"] for r in results if r["arm"] == arm
-            ),
-            "epoch_s_median": statistics.median(r["epoch_s"] for r in results if r["arm"] == arm),
+            f"{key}_median": statistics.median(r[key] for r in results if r["arm"] == arm)
+            for key in ("last", "late_mean", "epoch_s")
         }
         for arm in arms
     }
