@@ -140,14 +140,17 @@ def one_run(
     env: dict[str, str],
     budget: float | None = None,
     loaded: bool = False,
+    settings: tuple[str, ...] = (),
 ) -> dict:
     """One seed's distill, export and bundle; with `budget`, under `--time-budget
-    budget` (and, `loaded`, beside a 2-core load for the distill)."""
+    budget` (and, `loaded`, beside a 2-core load for the distill); `settings`: distill's
+    `-s FIELD=VALUE` overrides beside the defaults (other benchmarks' arms)."""
     from edgekd.stages.bundle import Bundle
 
     name = f"{task}-seed{seed}"
     if budget is not None:
         name += f"-{budget:g}min" + ("-loaded" if loaded else "")
+    name += "".join(f"-{setting}" for setting in settings)
     folder = RUNS / name
     if (folder / "result.json").is_file():  # an interrupted benchmark: reuse finished runs
         done = json.loads((folder / "result.json").read_text())
@@ -165,7 +168,8 @@ def one_run(
     try:
         distill = run(
             edgekd("distill", "--student", "bilstm", "--teacher", str(teacher), "--data",
-                   str(data), "--out", str(s), "--seed", str(seed), *minutes, *SMALL),
+                   str(data), "--out", str(s), "--seed", str(seed), *minutes, *SMALL,
+                   *(arg for setting in settings for arg in ("-s", setting))),
             env,
         )  # fmt: skip
     finally:
@@ -205,6 +209,7 @@ def one_run(
         "loaded": loaded,
         # The distill process's wall clock (its start-up included) ÷ the minutes granted.
         "used_of_granted": None if budget is None else distill["wall_s"] / (60 * budget),
+        "history": metrics["history"],  # per epoch: losses, selection and dev scores
         "ended_by": (metrics.get("time_plan") or {}).get("why"),
         "cut_after": (metrics.get("time_plan") or {}).get("cut_after"),
     }
@@ -422,6 +427,53 @@ def write(result: dict[str, Any]) -> None:
             f"revision {result['load']['revision']}).",
         ]
     (out / "distill_default.md").write_text(smoke.markdown("\n".join(lines) + "\n"))
+    if result.get("sweep"):
+        plot_sweep(result["sweep"], out / "distill_sweep.png")
+
+
+def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
+    """Accuracy per minute granted: each (task, machine) series' median bundle score
+    against the budget, beside 98% and 99% of its teacher (the issue's targets), in
+    the report's style (`edgekd report`'s colours, grid, 110 dpi)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; must precede pyplot
+    import matplotlib.pyplot as plt
+
+    from edgekd.stages.report import FRONT_COLOUR, OTHER_COLOUR
+
+    series: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for key, row in sweep.items():
+        task, load, budget = key.split(" | ")
+        minutes = float(budget.removesuffix(" min"))
+        point = (minutes, row["median"]["accuracy"], row["teacher"]["accuracy"])
+        series.setdefault((task, load), []).append(point)
+    tasks = sorted({task for task, _ in series})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        teacher = 0.0
+        for (name, load), points in sorted(series.items()):
+            if name != task:
+                continue
+            points.sort()
+            xs, ys = [p[0] for p in points], [p[1] for p in points]
+            teacher = points[0][2]
+            colour = OTHER_COLOUR if load == "quiet" else "#7f7f7f"
+            ax.plot(xs, ys, marker="o", color=colour, label=f"int8 bundle ({load})")
+            for x, y in zip(xs, ys, strict=True):
+                ax.annotate(f"{y:.3f}", (x, y), textcoords="offset points", xytext=(4, 6),
+                            fontsize=8)  # fmt: skip
+        for share, style in ((0.99, "--"), (0.98, ":")):
+            ax.axhline(share * teacher, color=FRONT_COLOUR, ls=style, lw=1,
+                       label=f"{share:.0%} of the teacher ({share * teacher:.3f})")  # fmt: skip
+        ax.set_xlabel("--time-budget, minutes (2 cores)")
+        ax.set_ylabel("dev accuracy (median over seeds)")
+        ax.set_title(f"{task}: accuracy per minute granted")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

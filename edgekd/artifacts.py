@@ -278,10 +278,16 @@ class TaskShape(Nested):
 
     @classmethod
     def of(
-        cls, labels: Sequence[int], num_labels: int, selection_rows: int, augment: AugmentConfig
+        cls,
+        labels: Sequence[int],
+        num_labels: int,
+        selection_rows: int,
+        augment: AugmentConfig,
+        minutes: float | None = None,
     ) -> TaskShape:
+        """`minutes`: the run's time budget (None: none), which sizes `n_iter: auto`."""
         counts = sorted(Counter(labels).get(k, 0) for k in range(num_labels)) or [0]
-        per_text = augment.variants_per_text(len(labels))
+        per_text = augment.variants_per_text(len(labels), minutes)
         return cls(
             rows=len(labels),
             labels=num_labels,

@@ -274,6 +274,27 @@ def test_auto_variants_per_text_fill_the_candidate_rows_within_20_to_200(rows, e
     assert AugmentConfig().variants_per_text(rows) == expected
 
 
+@pytest.mark.parametrize(
+    ("rows", "minutes", "expected"),
+    [
+        (67_349, None, 20),  # no budget: sized as the default's
+        (67_349, 5.0, 20),  # a smaller budget labels a prefix of the default's
+        (67_349, 13.0, 20),
+        (67_349, 30.0, 47),  # ⌈20 × 30 / 13⌉ = ⌈46.15⌉
+        (67_349, 60.0, 93),  # ⌈92.3⌉
+        (7_500, 26.0, 40),  # 2 × 150,000 / 7,500 = 40 = 2 × 20
+        (1_350, 26.0, 200),  # ⌈2 × 111.1⌉ = 223: the cap holds
+        (3_000, 26.0, 100),  # 300,000 / 3,000
+    ],
+)
+def test_auto_variants_per_text_scale_with_the_budget_past_the_default(rows, minutes, expected):
+    assert AugmentConfig().variants_per_text(rows, minutes) == expected
+
+
+def test_set_variants_per_text_ignore_the_budget():
+    assert AugmentConfig(n_iter=7).variants_per_text(67_349, 60.0) == 7
+
+
 def test_set_variants_per_text_are_kept_and_below_one_refused():
     assert AugmentConfig(n_iter=7).variants_per_text(10) == 7
     assert AugmentConfig.model_validate({"n_iter": "auto"}).n_iter == "auto"

@@ -129,7 +129,7 @@ def augmented_texts(
         made = path.with_name(f".{path.stem}.made-{os.getpid()}.arrow")
         pairs = bool(train_texts) and not isinstance(train_texts[0], str)
         try:
-            per_text = cfg.augment.variants_per_text(len(train_texts))
+            per_text = cfg.augment.variants_per_text(len(train_texts), cfg.time_budget)
             with console.status(f"augmenting {len(picked):,} texts × {per_text}"):
                 n = write_column(
                     made,

@@ -265,6 +265,13 @@ def train_student(
     averaged = weight_average(accelerator.unwrap_model(model), cfg.ema, len(loader))
     if averaged is not None:
         modules["ema"] = averaged
+    # The epochs' average starts as a copy (epoch 1 then replaces it whole).
+    over_epochs = None
+    if cfg.epoch_average is not None:
+        over_epochs = copy.deepcopy(
+            averaged.module if averaged is not None else accelerator.unwrap_model(model)
+        )
+        modules["epoch_average"] = over_epochs
     generators, torch_generators = kept.generators, kept.torch_generators
     match = ckpt.fingerprint(cfg.model_dump(mode="json"), train.texts, train.labels)
     resume = ckpt.Resume()
@@ -323,14 +330,18 @@ def train_student(
                 governor.step(len(batch["input_ids"]))
                 total, count = total + loss.item(), count + 1
                 bar.update(job, advance=1, rate=f"epoch {epoch} loss {total / count:.4f}")
-            # The weights an epoch is scored by, and kept as, if it is the best.
-            student = averaged.module if averaged is not None else accelerator.unwrap_model(model)
+            # The epoch's own weights, and those it is scored by and kept as if it is the
+            # best: the same, or the epochs' average (each epoch's own then recorded too).
+            own = averaged.module if averaged is not None else accelerator.unwrap_model(model)
+            student, extra = own, {}
+            if over_epochs is not None:
+                average_epoch(over_epochs, own, epoch, cast(int, cfg.epoch_average))
+                student = over_epochs
+                extra["epoch_dev_accuracy"] = accuracy(own, tok, dev_ids, dev_gold)
+                if len(select):
+                    extra["epoch_selection_accuracy"] = accuracy(own, tok, select_ids, select_gold)
             pred = predict_logits(student, tok, dev_ids).argmax(1)
-            acc = (
-                float((predict_logits(student, tok, select_ids).argmax(1) == select_gold).mean())
-                if len(select)
-                else None
-            )
+            acc = accuracy(student, tok, select_ids, select_gold) if len(select) else None
             history.append(
                 {
                     "epoch": epoch,
@@ -338,6 +349,7 @@ def train_student(
                     **({"selection_accuracy": acc} if acc is not None else {}),
                     "dev_accuracy": float((pred == dev_gold).mean()),
                     "dev_agreement": float((pred == dev_teacher).mean()),
+                    **extra,
                     "temperature": loss_fn.temperature,
                     "ce_weight": loss_fn.ce_weight,
                     "transfer_rows": len(slots),
@@ -418,6 +430,23 @@ def train_student(
 
 
 T = TypeVar("T")
+
+
+def accuracy(model: Student, tok: StudentTokenizer, ids: list[Any], gold: np.ndarray) -> float:
+    """`model`'s share of `gold` labels on the rows `ids`."""
+    return float((predict_logits(model, tok, ids).argmax(1) == gold).mean())
+
+
+def average_epoch(average: torch.nn.Module, weights: torch.nn.Module, epoch: int, eta: int) -> None:
+    """Fold epoch `epoch`'s `weights` into `average`, the polynomial-decay average of
+    the epochs so far (Shamir & Zhang 2013, eq. 4): a_e = (1 − f) a_(e−1) + f w_e with
+    f = (η+1)/(e+η), so epoch 1 replaces the average whole and epoch i ends up weighing
+    ∝ i·(i+1)···(i+η−1). η=0: the uniform mean; η=1, 4 epochs: 1:2:3:4 / 10. Floating
+    parameters only, like the weight average (integer buffers stay as copied)."""
+    share = (eta + 1) / (epoch + eta)
+    with torch.no_grad():
+        for mean, new in zip(average.parameters(), weights.parameters(), strict=True):
+            mean.mul_(1.0 - share).add_(new.detach(), alpha=share)
 
 
 def split_between(batches: list[list[int]], processes: int) -> list[list[int]]:

@@ -160,7 +160,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     # The rows that choose the epoch: held out of training, so dev chooses nothing.
     train, select, overlap = carve_selection(task.train, cfg.selection_rows, cfg.seed)
     # Variants per text from the rows there are (`n_iter: auto`), recorded as a number.
-    shape = TaskShape.of(train.labels, task.num_labels, len(select), cfg.augment)
+    shape = TaskShape.of(train.labels, task.num_labels, len(select), cfg.augment, cfg.time_budget)
     augment = cfg.augment.model_copy(update={"n_iter": shape.variants_per_text})
     cfg = cfg.model_copy(update={"augment": augment})
     console.print(f"data: {shape.describe()}")

@@ -132,7 +132,9 @@ def training_rows(task: Any) -> tuple[Any, TaskShape]:
 
     defaults = DistillConfig(teacher="-")
     train, select, _ = carve_selection(task.train, defaults.selection_rows, defaults.seed)
-    shape = TaskShape.of(train.labels, task.num_labels, len(select), defaults.augment)
+    shape = TaskShape.of(
+        train.labels, task.num_labels, len(select), defaults.augment, defaults.time_budget
+    )
     return replace(task, train=train), shape
 
 

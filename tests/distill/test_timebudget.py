@@ -265,6 +265,25 @@ def test_run_distill_resolves_unset_epochs_and_auto_variants_to_numbers(
     assert m.task_shape is not None and m.task_shape.rows == m.n_train
 
 
+def test_run_distill_sizes_auto_variants_from_its_budget(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # Sizes shrunk so that ~140 training rows sit below the cap: 2 variants per text for
+    # the default budget, ⌈2 × 26 / 13⌉ = 4 for a 26-minute one, recorded as a number.
+    import edgekd.config as config
+    from edgekd.stages.distill import distill as run_distill
+
+    monkeypatch.setattr(config, "TANG_VARIANTS", 2)
+    monkeypatch.setattr(config, "AUTO_VARIANT_ROWS", 1)
+    aug = AugmentConfig(methods=["mask"])
+    for minutes, folder, expected in ((13.0, "a", 2), (26.0, "b", 4)):
+        cfg = _run(tiny_teacher, tiny_data, time_budget=minutes, epochs=1, augment=aug)
+        m = run_distill(cfg, tmp_path / folder)
+        resolved = yaml.safe_load((tmp_path / folder / "config.yaml").read_text())
+        assert m.task_shape is not None and m.task_shape.variants_per_text == expected
+        assert resolved["augment"]["n_iter"] == expected
+
+
 def test_plateaued_when_the_loss_fell_under_3_percent_over_patience_epochs():
     from edgekd.distill.trainer import plateaued
 

@@ -45,6 +45,30 @@ def test_weight_average_decay_scales_with_the_epoch_length():
         assert avg.module.weight.item() == pytest.approx(1 - decay)
 
 
+@pytest.mark.parametrize(
+    ("eta", "expected"),
+    [
+        (0, 2.5),  # uniform: (1 + 2 + 3 + 4) / 4
+        (1, 3.0),  # ∝ i: (1·1 + 2·2 + 3·3 + 4·4) / (1 + 2 + 3 + 4) = 30 / 10
+        (2, 3.25),  # ∝ i(i+1): (1·2 + 2·6 + 3·12 + 4·20) / (2 + 6 + 12 + 20) = 130 / 40
+    ],
+)
+def test_average_epoch_weighs_epoch_i_by_its_rising_factorial(eta, expected):
+    from edgekd.distill.trainer import average_epoch
+
+    average, weights = torch.nn.Linear(1, 1, bias=False), torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        average.weight.fill_(-7.0)  # whatever it starts as, epoch 1 replaces it
+    for epoch in (1, 2, 3, 4):
+        with torch.no_grad():
+            weights.weight.fill_(float(epoch))
+        average_epoch(average, weights, epoch, eta)
+        if epoch == 1:
+            assert average.weight.item() == 1.0
+    assert average.weight.item() == pytest.approx(expected)
+    assert weights.weight.item() == 4.0  # the epoch's own weights are untouched
+
+
 def test_keeps_later_within_one_standard_error_of_the_best():
     # 500 rows at 0.88: standard error √(0.88·0.12/500) = 0.01453.
     assert keeps_later(0.8660, 0.88, 500)  # 1.40 points lower: within the noise

@@ -2,6 +2,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from edgekd.artifacts import StudentMeta
@@ -490,6 +491,30 @@ def test_train_student_keeps_the_averaged_weights_when_ema_is_set(
     # Same seed, same steps: only the kept weights differ (the average lags the steps).
     assert a.keys() == b.keys() and any((a[k] != b[k]).any() for k in a)
     assert raw["history"][0]["train_loss"] == ema["history"][0]["train_loss"]
+
+
+def test_train_student_keeps_the_epochs_average_and_records_each_epochs_own_score(
+    tiny_teacher, tiny_data, tmp_path
+):
+    # Without a budget or a decaying rate, epoch k's weights are those a k-epoch run
+    # keeps (selection_rows 0: the last): the uniform average (η = 0) of 3 epochs is
+    # the mean of the 1-, 2- and 3-epoch students, up to float rounding.
+    one = {"time_budget": None, "selection_rows": 0}
+    for k in (1, 2, 3):
+        run_distill(cfg(tiny_teacher, tiny_data, epochs=k, **one), tmp_path / f"e{k}")
+    m = run_distill(cfg(tiny_teacher, tiny_data, epochs=3, epoch_average=0, **one), tmp_path / "a")
+    epochs = [load_file(str(tmp_path / f"e{k}" / "model.safetensors")) for k in (1, 2, 3)]
+    average = load_file(str(tmp_path / "a" / "model.safetensors"))
+    for key, value in average.items():
+        if value.is_floating_point():
+            mean = sum(e[key] for e in epochs) / 3
+            torch.testing.assert_close(value, mean, rtol=1e-5, atol=1e-6)
+    assert any((average[k] != epochs[2][k]).any() for k in average)
+    # Each epoch's own score beside the average's; epoch 1's average is epoch 1 itself.
+    plain = json.loads((tmp_path / "e3" / "metrics.json").read_text())["history"]
+    own = [h["epoch_dev_accuracy"] for h in m["history"]]
+    assert own == [h["dev_accuracy"] for h in plain]
+    assert m["history"][0]["dev_accuracy"] == own[0]
 
 
 def two_processes() -> list[str]:
