@@ -44,6 +44,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -81,6 +82,11 @@ def run(argv: list[str], env: dict[str, str]) -> dict[str, float]:
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"failed ({os.waitstatus_to_exitcode(status)}): {' '.join(argv)}")
     return {"wall_s": round(wall, 1), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
+
+
+def slug(setting: str) -> str:
+    """`FIELD=VALUE` as one file or folder name, whatever the value holds ('/', spaces)."""
+    return re.sub(r"[^A-Za-z0-9_.=+-]", "_", setting)
 
 
 def edgekd(*args: str) -> list[str]:
@@ -150,7 +156,7 @@ def one_run(
     name = f"{task}-seed{seed}"
     if budget is not None:
         name += f"-{budget:g}min" + ("-loaded" if loaded else "")
-    name += "".join(f"-{setting}" for setting in settings)
+    name += "".join(f"-{slug(setting)}" for setting in settings)
     folder = RUNS / name
     if (folder / "result.json").is_file():  # an interrupted benchmark: reuse finished runs
         done = json.loads((folder / "result.json").read_text())
@@ -200,6 +206,7 @@ def one_run(
         "epochs_run": metrics["epochs_run"],
         "n_train": metrics["n_train"],
         "n_augmented": metrics["n_augmented"],
+        "n_selection": metrics["n_selection"],
         "time_plan": metrics.get("time_plan"),
         "teacher_runtime": metrics.get("teacher_runtime"),
         "distill_seconds": metrics["seconds"],
@@ -442,11 +449,11 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
 
     from edgekd.stages.report import FRONT_COLOUR, OTHER_COLOUR
 
-    series: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    series: dict[tuple[str, str], list[tuple[float, float, float, str]]] = {}
     for key, row in sweep.items():
         task, load, budget = key.split(" | ")
         minutes = float(budget.removesuffix(" min"))
-        point = (minutes, row["median"]["accuracy"], row["teacher"]["accuracy"])
+        point = (minutes, row["median"]["accuracy"], row["teacher"]["accuracy"], row["revision"])
         series.setdefault((task, load), []).append(point)
     tasks = sorted({task for task, _ in series})
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False)
@@ -460,9 +467,10 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
             teacher = points[0][2]
             colour = OTHER_COLOUR if load == "quiet" else "#7f7f7f"
             ax.plot(xs, ys, marker="o", color=colour, label=f"int8 bundle ({load})")
-            for x, y in zip(xs, ys, strict=True):
-                ax.annotate(f"{y:.3f}", (x, y), textcoords="offset points", xytext=(4, 6),
-                            fontsize=8)  # fmt: skip
+            # Each point names its revision: rows measured at other revisions stay.
+            for x, y, rev in zip(xs, ys, [p[3] for p in points], strict=True):
+                ax.annotate(f"{y:.3f} ({rev[:7]})", (x, y), textcoords="offset points",
+                            xytext=(4, 6), fontsize=8)  # fmt: skip
         for share, style in ((0.99, "--"), (0.98, ":")):
             ax.axhline(share * teacher, color=FRONT_COLOUR, ls=style, lw=1,
                        label=f"{share:.0%} of the teacher ({share * teacher:.3f})")  # fmt: skip

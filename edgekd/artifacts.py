@@ -261,12 +261,15 @@ class TimePlan(Nested):
     # Epochs run when the check after each epoch found the next would not fit (the
     # epochs ran slower than the probe read); None: the plan held.
     cut_after: int | None = None
+    # Steps of epoch `cut_after` when the time left held only part of it; None: whole.
+    last_epoch_steps: int | None = None
 
 
 class TaskShape(Nested):
     """What distillation sizes from the data (`TaskShape.of`, the one rule; `distill`
-    records it in its metrics, `plan` shows it before any run): the rows per class it
-    trains on, the rows held out to select, and the augmented variants per text."""
+    records it in its metrics, `plan` shows a default run's before any run): the rows
+    per class it trains on, the rows held out to select, and the augmented variants per
+    text (more under a budget over the default's)."""
 
     rows: int  # training rows, the selection rows held out
     labels: int

@@ -136,6 +136,13 @@ class TeacherSchedule(StrictModel):
 class TeacherConfig(StrictModel):
     base: str = Field(DEFAULT_BASE, description="HF id or folder of the encoder to fine-tune.")
     data: DataConfig = Field(default_factory=DataConfig)
+    last_epoch_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Optimiser steps of the last of `epochs` (what a time budget that "
+        "had room for part of an epoch trained, recorded so its config reruns to it). "
+        "null: the whole epoch.",
+    )
     time_budget: float | None = Field(
         15.0,
         gt=0,
@@ -364,6 +371,13 @@ class DistillConfig(StrictModel):
         "earlier). Unset: as many as the time budget affords after labelling, up to "
         f"{BUDGET_MAX_EPOCHS}; {DEFAULT_EPOCHS} without a budget.",
     )
+    last_epoch_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Optimiser steps of the last of `epochs` (what a time budget that "
+        "had room for part of an epoch trained, recorded so its config reruns to it). "
+        "null: the whole epoch.",
+    )
     time_budget: float | None = Field(
         # Distill, export and bundle in 15 minutes on 2 cores: export (~6 s), bundle
         # (<1 s) and process starts fit easily in the 2 minutes left.
@@ -467,6 +481,12 @@ class DistillConfig(StrictModel):
         if self.epochs is not None:
             return self.epochs
         return BUDGET_MAX_EPOCHS if self.time_budget is not None else DEFAULT_EPOCHS
+
+    @model_validator(mode="after")
+    def _last_epoch_of_set_epochs(self) -> DistillConfig:
+        if self.last_epoch_steps is not None and self.epochs is None:
+            raise ValueError("last_epoch_steps is the last of `epochs` steps: set epochs too")
+        return self
 
     @field_validator("assistant")
     @classmethod

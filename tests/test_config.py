@@ -105,7 +105,11 @@ def test_distill_config_validates_every_components_options_when_read():
 @pytest.mark.parametrize(
     ("raw", "where", "valid"),
     [
-        ({"teacher": "t", "student_options": {}}, "'student_options'", "epochs, time_budget"),
+        (
+            {"teacher": "t", "student_options": {}},
+            "'student_options'",
+            "epochs, last_epoch_steps, time_budget",
+        ),
         ({"teacher": "t", "augment": {"p_mask": 0.2}}, "'augment.p_mask'", "methods, n_iter"),
         ({"teacher": "t", "data": {"spek": "x"}}, "'data.spek'", "spec, "),
     ],

@@ -112,7 +112,10 @@ def augmented_texts(
     if not methods_of_stage(cfg.augment.methods, "text"):
         return TextColumn.empty(), np.zeros(0, np.int32)
     mask = getattr(tokenizer, "mask_token", None) or "[MASK]"
-    h = hashlib.sha256(f"{TRANSFER_VERSION}\x00{text_key(cfg.augment)}\x00{mask}".encode())
+    # Keyed by the variants per text, resolved: `auto` means more under a larger budget.
+    per_text = cfg.augment.variants_per_text(len(train_texts), cfg.time_budget)
+    resolved = cfg.augment.model_copy(update={"n_iter": per_text})
+    h = hashlib.sha256(f"{TRANSFER_VERSION}\x00{text_key(resolved)}\x00{mask}".encode())
     hash_texts(h, train_texts)
     path = cache_root(cfg) / "transfer" / f"{h.hexdigest()[:32]}.arrow"
     rows = TextColumn.read(path)  # None: not there yet, or damaged (it is only a cache)
@@ -129,7 +132,6 @@ def augmented_texts(
         made = path.with_name(f".{path.stem}.made-{os.getpid()}.arrow")
         pairs = bool(train_texts) and not isinstance(train_texts[0], str)
         try:
-            per_text = cfg.augment.variants_per_text(len(train_texts), cfg.time_budget)
             with console.status(f"augmenting {len(picked):,} texts × {per_text}"):
                 n = write_column(
                     made,

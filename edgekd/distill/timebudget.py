@@ -227,7 +227,9 @@ def planned_config(cfg: DistillConfig, plan: TimePlan) -> DistillConfig:
     augment = cfg.augment.model_copy(
         update={"max_rows": plan.augmented_rows if plan.augmented_candidates else None}
     )
-    return cfg.model_copy(update={"epochs": plan.epochs, "augment": augment})
+    # A rerun's part of an epoch was the last run's clock, not this one's.
+    update = {"epochs": plan.epochs, "augment": augment, "last_epoch_steps": None}
+    return cfg.model_copy(update=update)
 
 
 def describe(plan: TimePlan) -> str:

@@ -113,8 +113,9 @@ def train_student(
     """Fit `model` in place to `train_logits`; keep the epoch that scores best on
     `select` (or the last one when `select` is empty). `dev` is only recorded.
 
-    `seconds_left` (a time budget): after each epoch, training stops when another
-    epoch, as long as the last one took, would end past it (`cut_for_time`: the
+    `seconds_left` (a time budget): after each epoch, when another epoch, as long as
+    the last one took, would end past it, training goes on for the part of an epoch
+    that fits (`part_of_epoch`; `last_epoch_steps`) or stops (`cut_for_time`: the
     epochs run). The plan's rate comes from a few seconds of probe steps; this check
     holds the budget when the epochs run slower than the probe read.
     `until_plateau` (epochs the budget bought, not the user's): training also stops
@@ -297,6 +298,9 @@ def train_student(
     if governor.note:
         console.print(governor.note)
     cut_for_time: int | None = None
+    # Steps of the last epoch when only part of it is trained: the config's (a rerun of
+    # a budget's cut), or what the clock leaves room for (`part_of_epoch`).
+    part_steps = cfg.last_epoch_steps
     with progress_bar() as bar:
         job = bar.add_task("distill", total=cfg.max_epochs * len(loader), rate="")
         bar.update(job, advance=resume.epoch * len(loader))
@@ -304,6 +308,7 @@ def train_student(
         last = resume.epoch if resume.final is not None else cfg.max_epochs
         if resume.final in ("time", "plateau"):
             cut_for_time = resume.epoch
+            part_steps = history[-1].get("steps") if history else None
         for epoch in range(resume.epoch + 1, last + 1):
             loss_fn.start_epoch(epoch)
             for name, schedule in cfg.schedules.items():
@@ -315,7 +320,10 @@ def train_student(
                 batches[:] = epoch_batches(epoch)
             model.train()
             total, count, epoch_start = 0.0, 0, time.perf_counter()
+            steps = part_steps if part_steps is not None and epoch == last else len(loader)
             for i, batch in enumerate(loader):
+                if i == steps:
+                    break
                 with exact_softmax():  # the same bits on any thread count
                     loss = step_loss(batch, epoch)
                 accelerator.backward(loss)
@@ -334,8 +342,12 @@ def train_student(
             # best: the same, or the epochs' average (each epoch's own then recorded too).
             own = averaged.module if averaged is not None else accelerator.unwrap_model(model)
             student, extra = own, {}
-            if over_epochs is not None:
-                average_epoch(over_epochs, own, epoch, cast(int, cfg.epoch_average))
+            # It averages the epochs that can be kept: TinyBERT's first stage trains no
+            # classifier, so its epochs would weigh in an untrained head. A part of an
+            # epoch (a budget's last) weighs as a whole one: its weights trained longest.
+            if over_epochs is not None and epoch >= first_scored:
+                nth = epoch - first_scored + 1
+                average_epoch(over_epochs, own, nth, cast(int, cfg.epoch_average))
                 student = over_epochs
                 extra["epoch_dev_accuracy"] = accuracy(own, tok, dev_ids, dev_gold)
                 if len(select):
@@ -346,6 +358,7 @@ def train_student(
                 {
                     "epoch": epoch,
                     "train_loss": total / max(count, 1),
+                    "steps": count,
                     **({"selection_accuracy": acc} if acc is not None else {}),
                     "dev_accuracy": float((pred == dev_gold).mean()),
                     "dev_agreement": float((pred == dev_teacher).mean()),
@@ -372,14 +385,23 @@ def train_student(
                     stop = True
             # Whether this epoch is the last, decided before the checkpoint records it.
             final, why = ("early stop" if stop else None), ""
-            if final is None and seconds_left is not None and epoch < cfg.max_epochs:
+            if final is None and epoch == last and count < len(loader):
+                final = "time"  # the part of an epoch the clock left room for (or a rerun's)
+                why = (
+                    f"epoch {epoch}: {count:,} of its {len(loader):,} steps, as the time left held"
+                )
+            elif final is None and seconds_left is not None and epoch < cfg.max_epochs:
                 took, left = time.perf_counter() - epoch_start, seconds_left()
-                if main_choice(took > left):  # every process stops at the same epoch
-                    final = "time"
-                    why = (
-                        f"time budget: epoch {epoch + 1} would take ~{took:.0f} s of the "
-                        f"{max(left, 0):.0f} s left; stopping after epoch {epoch}"
-                    )
+                if main_choice(took > left):  # every process stops at the same point
+                    part = main_choice(part_of_epoch(took, left, len(loader)))
+                    if part is None:
+                        final = "time"
+                        why = (
+                            f"time budget: epoch {epoch + 1} would take ~{took:.0f} s of the "
+                            f"{max(left, 0):.0f} s left; stopping after epoch {epoch}"
+                        )
+                    else:  # one more epoch, in part
+                        last, part_steps = epoch + 1, part
             # Losses of the last stage only: annealing's first epochs are another loss.
             losses = [h["train_loss"] for h in history[min_epochs:]]
             flat = until_plateau and epoch < cfg.max_epochs and plateaued(losses, cfg.patience)
@@ -424,12 +446,31 @@ def train_student(
         "epochs_run": len(history),
         "history": history,
         "cut_for_time": cut_for_time,
+        # The last epoch's steps when it was trained in part (the resolved config's).
+        "last_epoch_steps": part_steps if history and history[-1]["steps"] < len(loader) else None,
         "processes": processes,
         **chosen,
     }
 
 
 T = TypeVar("T")
+
+# The least share of an epoch worth training when no whole one fits the time left: a
+# smaller part moves the weights little (the weight average spans a quarter epoch) and
+# costs its scoring all the same.
+MIN_PART_OF_EPOCH = 0.1
+
+
+def part_of_epoch(took_s: float, left_s: float, steps: int) -> int | None:
+    """Steps of the next epoch that fit in `left_s` seconds at the last epoch's pace
+    (`took_s` for `steps` steps, its scoring included, so the part's scoring fits
+    too), or None when that is under `MIN_PART_OF_EPOCH` of an epoch. SST-2 at 5
+    minutes: a 40 s epoch, 29 s left → 72% of the next epoch, where stopping left 15%
+    of the budget unused."""
+    fit = int(max(left_s, 0.0) / max(took_s, 1e-9) * steps)
+    if fit >= steps:  # a whole epoch fits: not a part (the caller asked for one)
+        fit = steps - 1
+    return fit if fit >= max(1, math.ceil(MIN_PART_OF_EPOCH * steps)) else None
 
 
 def accuracy(model: Student, tok: StudentTokenizer, ids: list[Any], gold: np.ndarray) -> float:

@@ -293,11 +293,11 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         until_plateau=bought_epochs,
     )
     seconds["train"] = time.perf_counter() - t
-    cut = fit.pop("cut_for_time")
+    cut, part = fit.pop("cut_for_time"), fit.pop("last_epoch_steps")
     if cut is not None:  # the epochs actually run are the choice: the config reruns to them
-        cfg = cfg.model_copy(update={"epochs": cut})
+        cfg = cfg.model_copy(update={"epochs": cut, "last_epoch_steps": part})
         if time_plan is not None:
-            time_plan = time_plan.model_copy(update={"cut_after": cut})
+            time_plan = time_plan.model_copy(update={"cut_after": cut, "last_epoch_steps": part})
 
     t = time.perf_counter()
     pred = predict_logits(student, tok, tok.ids(task.dev.texts)).argmax(1)

@@ -17,7 +17,9 @@ import pytest
 from conftest import make_rows, write_tsv
 
 
-def distill_argv(teacher: Path, data: Path, out: Path, epochs: int = 6) -> list[str]:
+def distill_argv(
+    teacher: Path, data: Path, out: Path, epochs: int = 6, extra: tuple[str, ...] = ()
+) -> list[str]:
     return [
         sys.executable, "-m", "edgekd", "distill", "--teacher", str(teacher),
         "--data", str(data), "--out", str(out), "--epochs", str(epochs), "--patience", "99",
@@ -25,7 +27,7 @@ def distill_argv(teacher: Path, data: Path, out: Path, epochs: int = 6) -> list[
         "-s", "student.options.mlp_size=16",
         # No clock in the plan: a time budget sizes the transfer set and the epochs from
         # measured rates, which a loaded machine changes between the two runs.
-        "--max-augmented", "4000", "-s", "time_budget=null",
+        "--max-augmented", "4000", "-s", "time_budget=null", *extra,
     ]  # fmt: skip
 
 
@@ -51,15 +53,23 @@ def bigger_data(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_distill_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, tiny_teacher, bigger_data):
+@pytest.mark.parametrize(
+    "extra",
+    [(), ("-s", "epoch_average=1")],  # the epochs' average is restored, not restarted
+    ids=["plain", "epoch_average"],
+)
+def test_distill_killed_mid_epoch_resumes_to_the_same_weights(
+    tmp_path, tiny_teacher, bigger_data, extra
+):
     env = {**os.environ, "EDGEKD_CACHE": str(tmp_path / "cache")}
     whole = tmp_path / "whole"
-    subprocess.run(distill_argv(tiny_teacher, bigger_data, whole), env=env, check=True,
-                   capture_output=True, preexec_fn=one_core)  # fmt: skip
+    subprocess.run(distill_argv(tiny_teacher, bigger_data, whole, extra=extra), env=env,
+                   check=True, capture_output=True, preexec_fn=one_core)  # fmt: skip
 
     out = tmp_path / "s"
     proc = subprocess.Popen(
-        distill_argv(tiny_teacher, bigger_data, out), env=env, stderr=subprocess.PIPE, text=True,
+        distill_argv(tiny_teacher, bigger_data, out, extra=extra), env=env,
+        stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stderr is not None
     for line in proc.stderr:  # epoch 2 done: the kill lands in epoch 3, mid-way
@@ -72,7 +82,8 @@ def test_distill_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, tiny_tea
     assert (tmp_path / ".s.resume" / "state.json").is_file()
 
     again = subprocess.run(
-        distill_argv(tiny_teacher, bigger_data, out), env=env, capture_output=True, text=True,
+        distill_argv(tiny_teacher, bigger_data, out, extra=extra), env=env,
+        capture_output=True, text=True,
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
     resumed = [x for x in again.stderr.splitlines() if x.startswith("resuming from epoch")]

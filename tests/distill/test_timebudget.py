@@ -199,6 +199,57 @@ def test_run_distill_stops_after_an_epoch_when_the_next_would_overrun(
     assert all((a[k] == b[k]).all() for k in a)
 
 
+def test_part_of_epoch_fits_the_steps_the_time_left_holds_at_the_last_epochs_pace():
+    from edgekd.distill.trainer import part_of_epoch
+
+    # SST-2 at 5 minutes: a 40 s epoch of 2,300 steps, 29 s left: ⌊29 / 40 × 2,300⌋.
+    assert part_of_epoch(40.0, 29.0, 2_300) == 1_667
+    assert part_of_epoch(40.0, 4.0, 2_300) == 230  # a tenth of an epoch: still worth it
+    assert part_of_epoch(40.0, 3.9, 2_300) is None  # 224 steps, under a tenth
+    assert part_of_epoch(40.0, -5.0, 2_300) is None  # past the budget already
+    assert part_of_epoch(1.0, 0.5, 3) == 1  # ⌈0.3⌉ = 1 step is the least part
+    assert part_of_epoch(40.0, 40.0, 100) == 99  # a whole epoch is no part of one
+
+
+def test_run_distill_trains_the_part_of_an_epoch_the_clock_leaves_and_reruns_to_it(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # Epoch 1 ends with no whole epoch left in the budget; the time left holds 3 steps
+    # of epoch 2 (injected: the clock's share is the rule's, tested above). The run
+    # trains them, records them, and its resolved config reruns to the same student.
+    from edgekd.distill import trainer
+    from edgekd.stages import distill as stage
+
+    monkeypatch.setattr(stage, "probe_train_rate", lambda *a, **k: 1e9)
+    monkeypatch.setattr(stage, "RESERVE_S", 30 * 60.0)  # training's share: none left
+    monkeypatch.setattr(trainer, "part_of_epoch", lambda took, left, steps: 3)
+    m = stage.distill(_run(tiny_teacher, tiny_data, time_budget=30.0), tmp_path / "a")
+    assert m.epochs_run == 2 and [h["steps"] for h in m.history][1] == 3
+    assert m.history[0]["steps"] > 3  # epoch 1 whole
+    assert m.time_plan is not None and m.time_plan.cut_after == 2
+    assert m.time_plan.last_epoch_steps == 3
+    resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert (resolved["epochs"], resolved["last_epoch_steps"]) == (2, 3)
+    again = stage.distill(DistillConfig(**resolved), tmp_path / "b")
+    assert [h["steps"] for h in again.history] == [h["steps"] for h in m.history]
+    a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in "ab")
+    assert all((a[k] == b[k]).all() for k in a)
+    # The same config trained whole, or planned afresh under a budget, is another student.
+    whole = DistillConfig(**{**resolved, "last_epoch_steps": None})
+    assert stage.distill(whole, tmp_path / "c").history[1]["steps"] > 3
+    from edgekd.distill.timebudget import planned_config
+
+    assert planned_config(DistillConfig(**resolved), m.time_plan).last_epoch_steps is None
+
+
+def test_last_epoch_steps_without_epochs_is_refused():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="set epochs too"):
+        DistillConfig(teacher="t", last_epoch_steps=3)
+    assert DistillConfig(teacher="t", epochs=2, last_epoch_steps=3).last_epoch_steps == 3
+
+
 def test_planned_fields_resume_an_interrupted_plan_only_for_the_same_config(tmp_path):
     from edgekd.distill.checkpoint import planned_fields
     from edgekd.io import atomic_dir, write_json

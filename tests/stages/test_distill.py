@@ -376,6 +376,15 @@ def test_run_distill_tinybert_first_stage_epochs_are_never_best(tiny_teacher, ti
     assert m["best_epoch"] == 3  # stage 1 (epochs 1-2) trains hidden layers only
     with pytest.raises(EdgeKDError, match="raise --epochs above 2"):
         run_distill(cfg(tiny_teacher, tiny_data, epochs=2, **kw), tmp_path / "t")
+    # The epochs' average starts at the first epoch that can be kept: there it is that
+    # epoch's own weights (stage 1's untrained head weighs nothing), so the 3-epoch
+    # run keeps the same student with it as without.
+    m = run_distill(cfg(tiny_teacher, tiny_data, epochs=3, epoch_average=1, **kw), tmp_path / "a")
+    assert "epoch_dev_accuracy" not in m["history"][0]  # stage 1: nothing averaged yet
+    third = m["history"][2]
+    assert third["dev_accuracy"] == third["epoch_dev_accuracy"] and m["best_epoch"] == 3
+    a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in "sa")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
 
 
 def test_run_distill_mixup_same_seed_gives_identical_student(
