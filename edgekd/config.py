@@ -136,13 +136,6 @@ class TeacherSchedule(StrictModel):
 class TeacherConfig(StrictModel):
     base: str = Field(DEFAULT_BASE, description="HF id or folder of the encoder to fine-tune.")
     data: DataConfig = Field(default_factory=DataConfig)
-    last_epoch_steps: int | None = Field(
-        None,
-        ge=1,
-        description="Optimiser steps of the last of `epochs` (what a time budget that "
-        "had room for part of an epoch trained, recorded so its config reruns to it). "
-        "null: the whole epoch.",
-    )
     time_budget: float | None = Field(
         15.0,
         gt=0,
