@@ -211,14 +211,15 @@ def run(sandbox: dict[str, object], command: str, env: dict[str, str] | None = N
 
 def bench_results(command: str) -> list[str]:
     """The files `python benchmarks/NAME.py ...` writes to benchmarks/results/, as its
-    docstring says: NAME.json and NAME.md, methods_bert's named by its --task."""
+    docstring says: NAME.json and NAME.md; those of a script that compares on one task
+    at a time are named by its --task (sst2 unless given)."""
     found = re.search(r"python benchmarks/(\w+)\.py(.*)", command)
     if not found:
         return []
     name, args = found.groups()
-    if name == "methods_bert":
-        task = re.search(r"--task (\w+)", args)
-        name = f"methods_bert_{task[1] if task else 'sst2'}"
+    if name in ("methods_bert", "epoch_average"):
+        task = re.search(r"--task ([\w-]+)", args)
+        name = f"{name}_{task[1] if task else 'sst2'}"
     return [f"{name}.json", f"{name}.md"]
 
 
