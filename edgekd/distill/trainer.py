@@ -308,7 +308,6 @@ def train_student(
         last = resume.epoch if resume.final is not None else cfg.max_epochs
         if resume.final in ("time", "plateau"):
             cut_for_time = resume.epoch
-            part_steps = history[-1].get("steps") if history else None
         for epoch in range(resume.epoch + 1, last + 1):
             loss_fn.start_epoch(epoch)
             for name, schedule in cfg.schedules.items():
@@ -437,6 +436,8 @@ def train_student(
         )
     unwrapped.load_state_dict(best_state)
     unwrapped.eval()
+    # A history from before `steps` was recorded had whole epochs.
+    last_steps = history[-1].get("steps", len(loader))
     # The kept epoch's own score (best_acc is the highest seen, the rule's reference).
     chosen = (
         {"selection_accuracy": history[best_epoch - 1]["selection_accuracy"]} if len(select) else {}
@@ -447,7 +448,7 @@ def train_student(
         "history": history,
         "cut_for_time": cut_for_time,
         # The last epoch's steps when it was trained in part (the resolved config's).
-        "last_epoch_steps": part_steps if history and history[-1]["steps"] < len(loader) else None,
+        "last_epoch_steps": last_steps if last_steps < len(loader) else None,
         "processes": processes,
         **chosen,
     }
