@@ -20,6 +20,11 @@ side in one run; each is the median of `--repeats` timed windows.
   budgeted run's rows and epochs) on the same student and rows: as edgekd runs it (every
   thread count the governor may pick, the fastest) and at all cores only (before
   9c3210b), against the governed training rate at batch 50.
+- overlap: `auto` labelling and the governed training step, each alone on both cores
+  (how a run spends them: labelling, then training), against one core each at once
+  (labelling pinned to core 0 while training runs on core 1, and the reverse
+  measurement): what overlapping labelling with training could at most add to a
+  budget's training row-passes.
 - under load: the same while another process keeps both cores busy (a 2-thread
   PyTorch matmul loop); the ratio loaded/quiet says whether edgekd slows down in
   proportion (≥ 1/3 is the bar; a fair share of 2 cores is 1/2).
@@ -47,7 +52,7 @@ from distill_default import revision  # benchmarks/ is on the path of its own sc
 REPO = Path(__file__).resolve().parents[1]
 LIBGOMP_DEFAULT = "300000"
 # (GOMP_SPINCOUNT, threads; 0 = edgekd's ThreadGovernor) for the training rows.
-SECTIONS = ("label", "train", "finetune", "probe")
+SECTIONS = ("label", "train", "finetune", "probe", "overlap")
 TRAIN_SETTINGS = [(LIBGOMP_DEFAULT, 2), ("30000", 2), (LIBGOMP_DEFAULT, 1), (LIBGOMP_DEFAULT, 0)]
 # Smoke: fixed threads against the governor, one batch size, the same for fine-tuning;
 # every labeller (each its own path) and both loads stay.
@@ -91,6 +96,10 @@ def worker_label(args: argparse.Namespace) -> dict:
         hybrid = hybrid_labeler(onnx, cal.margin)
         label = lambda t: hybrid(t, "auto")  # noqa: E731
     label(texts[:200])  # warm-up: sessions built, first-call costs paid
+    if args.endless:  # the other side of an overlap measurement: busy until killed
+        print("ready", flush=True)
+        while True:
+            label(texts)
     times, out = [], None
     for _ in range(args.repeats):
         t = time.perf_counter()
@@ -218,6 +227,10 @@ def rows_per_s(step: Any, governor: Any, args: argparse.Namespace, warmup_s: flo
         return rows / (time.perf_counter() - start)
 
     window(smoke.pick(warmup_s, smoke.WINDOW_S))
+    if args.endless:  # the other side of an overlap measurement: busy until killed
+        print("ready", flush=True)
+        while True:
+            window(60.0)
     return {"rows_per_s": statistics.median(window(args.window) for _ in range(args.repeats))}
 
 
@@ -233,11 +246,28 @@ def hog(seconds: float) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code])
 
 
-def measure(args: argparse.Namespace, extra: list[str], env: dict, loaded: bool) -> dict:
-    cmd = [sys.executable, __file__, "--shared", str(args.shared), "--work", str(args.work)]
-    cmd += ["--rows", str(args.rows), "--repeats", str(args.repeats)]
-    cmd += ["--window", str(args.window), *extra]
+def measure(
+    args: argparse.Namespace,
+    extra: list[str],
+    env: dict,
+    loaded: bool,
+    beside: list[str] | None = None,
+) -> dict:
+    """A worker's figures (`extra` names it), alone, beside the 2-thread load, or beside
+    another worker (`beside`: its arguments; it runs until this one ends, and this one
+    starts once it has warmed up)."""
+    base = [sys.executable, __file__, "--shared", str(args.shared), "--work", str(args.work)]
+    base += ["--rows", str(args.rows), "--repeats", str(args.repeats)]
+    base += ["--window", str(args.window)]
+    cmd = [*base, *extra]
     load = hog(3600) if loaded else None
+    if beside is not None:
+        load = subprocess.Popen(
+            [*base, *beside, "--endless"], env=env, stdout=subprocess.PIPE, text=True
+        )
+        assert load.stdout is not None
+        if load.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the worker beside ({' '.join(beside)}) ended before it was ready")
     try:
         time.sleep(1.0 if loaded else 0)
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
@@ -267,11 +297,15 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=50)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--student", choices=["now", "before"], default="now")
+    p.add_argument("--cpu", type=int, default=None, help="a worker: run on this core only")
+    p.add_argument("--endless", action="store_true", help="a worker: busy until killed")
     args = p.parse_args()
     args.rows = smoke.at_most(args.rows, smoke.ROWS)
     args.repeats = smoke.at_most(args.repeats, smoke.REPEATS)
     args.window = smoke.pick(args.window, min(args.window, smoke.WINDOW_S))
     if args.worker:
+        if args.cpu is not None:  # before torch or onnxruntime sizes its thread pools
+            os.sched_setaffinity(0, {args.cpu})
         workers = {
             "label": worker_label,
             "train": worker_train,
@@ -330,7 +364,59 @@ def main() -> None:
                  "revision": revision()}
             )  # fmt: skip
             print(rows[-1], flush=True)
+    if "overlap" in args.sections:
+        env = {**base, "GOMP_SPINCOUNT": LIBGOMP_DEFAULT}
+        label = ["--worker", "label", "--runtime", "auto"]
+        train = ["--worker", "train", "--threads"]
+        # Alone on both cores (as a run labels, then trains), then one core each at once.
+        r = {
+            "label_alone": measure(args, label, env, False)["rows_per_s"],
+            "train_alone": measure(args, [*train, "0"], env, False)["rows_per_s"],
+            "label_beside": measure(
+                args, [*label, "--cpu", "0"], env, False, beside=[*train, "1", "--cpu", "1"]
+            )["rows_per_s"],
+            "train_beside": measure(
+                args, [*train, "1", "--cpu", "1"], env, False, beside=[*label, "--cpu", "0"]
+            )["rows_per_s"],
+        }
+        rows.append({"what": "overlap", **r, "revision": revision()})
+        print(rows[-1], flush=True)
     write(rows, args)
+
+
+# The overlap's ceiling is worked out for a 13-minute SST-2 run (the default budget's
+# 780 s, less ~60 s of loading and calibrating) over the rows it labels: 20 variants per
+# sentence (115k) and 40 (223k), with the 61k training rows themselves.
+OVERLAP_SECONDS = 720.0
+OVERLAP_ROWS = (61_399 + 114_881, 61_399 + 223_307)
+
+
+def overlap_lines(r: dict) -> list[str]:
+    """The overlap table and its arithmetic: training row-passes in a budget when the
+    labelling runs first on both cores, against the ceiling of labelling on one core while
+    the student trains on the other (every labelled row at once usable, which it is not)."""
+    lines = [
+        "",
+        "| labelling (auto) and training (BiLSTM, batch 50) | labelling rows/s | training rows/s |",
+        "|---|---|---|",
+        f"| one after the other, each on both cores | {r['label_alone']:.0f} | "
+        f"{r['train_alone']:.0f} |",
+        f"| side by side, one core each | {r['label_beside']:.0f} | {r['train_beside']:.0f} |",
+        "",
+        f"Training row-passes in {OVERLAP_SECONDS:.0f} s after labelling L rows: one after "
+        "the other, (T − L / label_alone) × train_alone; side by side at best, "
+        "(L / label_beside) × train_beside + (T − L / label_beside) × train_alone.",
+        "",
+        "| rows labelled | one after the other | side by side (ceiling) | gain |",
+        "|---|---|---|---|",
+    ]
+    for n in OVERLAP_ROWS:
+        after = (OVERLAP_SECONDS - n / r["label_alone"]) * r["train_alone"]
+        both = n / r["label_beside"]
+        beside = both * r["train_beside"] + (OVERLAP_SECONDS - both) * r["train_alone"]
+        lines.append(f"| {n:,} | {after:,.0f} | {beside:,.0f} | {beside / after - 1:+.1%} |")
+    lines += ["", f"Overlap measured at revision {r.get('revision', 'unknown')}."]
+    return lines
 
 
 def write(rows: list[dict], args: argparse.Namespace) -> None:
@@ -426,6 +512,8 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
             lines.append(f"| {name} | {q:.0f} | {ld:.0f} | {ld / q:.2f} |")
         measured = get(what="probe", threads=0, loaded=False).get("revision", "unknown")
         lines += ["", f"Probe measured at revision {measured}."]
+    if any(r["what"] == "overlap" for r in rows):
+        lines += overlap_lines(get(what="overlap"))
     out = REPO / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     if smoke.SMOKE:

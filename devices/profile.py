@@ -93,7 +93,7 @@ def profile_model(
     """
     dev = load_device(device, host=host)
     files = {"model": existing(model)}
-    threads = threads or dev.spec.threads
+    threads = dev.spec.threads if threads is None else threads  # 0: all cores
     try:
         runs_cover_trials(runs, trials)  # the configs' rule, for a direct call too
     except ValueError as e:
@@ -183,11 +183,31 @@ def synthetic_texts_for(model: Path, other: Path | None, words: int) -> list[str
             return synthetic_texts(meta["tokenizer"], words)
     import onnx
 
-    for node in onnx.load(str(model), load_external_data=False).graph.node:
-        if node.op_type == "BertTokenizer":
-            vocab = next(a.s for a in node.attribute if a.name == "vocab_file").decode()
-            return synthetic_words(vocab.splitlines(), words)
+    vocab = graph_vocabulary(onnx.load(str(model), load_external_data=False).graph)
+    if vocab:
+        return synthetic_words(vocab, words)
     raise EdgeKDError(f"{model} has no tokenizer to draw texts from; pass --data")
+
+
+def graph_vocabulary(graph: Any) -> list[str]:
+    """The vocabulary inside a one-file model (`exporters/e2e.py`): its WordpieceTokenizer's
+    `vocab` (JSON, piece → id), else a word vocabulary's LabelEncoder keys. The e2e
+    export tokenizes each row inside a Loop, so the ops sit in the Loop's body graph:
+    every subgraph is searched, not only the top level."""
+    import onnx
+
+    words: list[str] = []
+    for node in graph.node:
+        for a in node.attribute:
+            if node.op_type == "WordpieceTokenizer" and a.name == "vocab":
+                return list(json.loads(a.s.decode()))
+            if node.op_type == "LabelEncoder" and a.name == "keys_strings":
+                words = words or [k.decode() for k in a.strings]
+            subgraphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+            for sub in subgraphs:
+                if found := graph_vocabulary(sub):
+                    return found
+    return words
 
 
 def combine_processes(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -142,6 +142,10 @@ class OnnxLabelers:
                 self.folder / MODEL_FILES[kind],
                 batch_size=self.cfg.teacher_batch_size,
                 max_length=self.cfg.teacher_max_length,
+                # One thread a session even where the share is one core: onnxruntime's
+                # default (0) is every core of the machine, so two processes sharing 2
+                # cores would run 4 threads that spin-wait on each other.
+                threads=1,
                 workers=core_share(),
             )
         return self.predictors[kind]

@@ -245,6 +245,20 @@ def offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_ENDPOINT", "https://no-such-host.invalid")
 
 
+def through_cache(cache: Path, key: str, compute: Any, rows: int = 3, width: int = 2):
+    """(logits, hit): `rows` × `width` logits under `key` in `cache`, as the labelling
+    path reads and fills it (`group_logits` on one process), `compute()` labelling."""
+    from edgekd.distill.labeling import ALONE, Meter, group_logits
+
+    def labeler(texts: list[Any], what: str) -> Any:
+        return compute()
+
+    logits, _, hit = group_logits(
+        ALONE, cache, key, lambda: ["x"] * rows, rows, labeler, "test", width, Meter()
+    )
+    return logits, hit
+
+
 def assert_refused(result: Any, *fragments: str, code: int = 2) -> str:
     """A CLI refusal as users must see it: exit `code`, one `error:` line on stderr
     naming each of `fragments`, no traceback. Returns the line."""

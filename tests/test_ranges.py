@@ -202,8 +202,8 @@ def test_profile_seq_len_accepted_at_max_tokens():
     [
         (3, 2, np.ones((4, 2), np.float32)),  # another row count
         (3, 2, np.ones((3, 5), np.float32)),  # another label count
-        (None, None, np.ones((3, 2), np.float64)),  # another dtype
-        (None, None, np.ones(6, np.float32)),  # not a matrix
+        (3, 2, np.ones((3, 2), np.float64)),  # another dtype
+        (3, 2, np.ones(6, np.float32)),  # not a matrix
     ],
 )
 def test_cached_logits_recomputed_and_overwritten_when_shape_or_dtype_differs(
@@ -211,7 +211,7 @@ def test_cached_logits_recomputed_and_overwritten_when_shape_or_dtype_differs(
 ):
     from safetensors.numpy import save_file
 
-    from edgekd.distill.cache import cached_logits
+    from conftest import through_cache
 
     save_file({"logits": stored}, str(tmp_path / "k.safetensors"))
     calls = []
@@ -220,10 +220,10 @@ def test_cached_logits_recomputed_and_overwritten_when_shape_or_dtype_differs(
         calls.append(1)
         return np.zeros((3, 2), np.float32)
 
-    logits, hit = cached_logits(tmp_path, "k", compute, rows=rows, width=width)
+    logits, hit = through_cache(tmp_path, "k", compute, rows, width)
     assert not hit and calls == [1] and logits.shape == (3, 2)
     assert "recomputing" in capsys.readouterr().err
-    again, hit = cached_logits(tmp_path, "k", compute, rows=rows, width=width)
+    again, hit = through_cache(tmp_path, "k", compute, rows, width)
     assert hit and calls == [1] and again.dtype == np.float32  # overwritten: a hit now
 
 

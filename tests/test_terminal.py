@@ -288,8 +288,8 @@ def test_cache_note_prints_a_bracketed_file_name_literally(tmp_path, capsys):
     # Rich would read "[red]" in a file name as markup and drop it (or fail on "[/]").
     import numpy as np
 
-    from edgekd.distill.cache import cached_logits
+    from conftest import through_cache
 
     (tmp_path / "[red]k.safetensors").write_bytes(b"not safetensors")
-    cached_logits(tmp_path, "[red]k", lambda: np.zeros((1, 2), np.float32))
+    through_cache(tmp_path, "[red]k", lambda: np.zeros((1, 2), np.float32), rows=1)
     assert "[red]k.safetensors" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,31 +84,13 @@ def has_cached(cache_dir: Path, key: str) -> bool:
     return (cache_dir / f"{key}.safetensors").is_file()
 
 
-def cached_logits(
-    cache_dir: Path,
-    key: str,
-    compute: Callable[[], np.ndarray],
-    *,
-    rows: int | None = None,
-    width: int | None = None,
-) -> tuple[np.ndarray, bool]:
-    """(logits, hit): load `key` from `cache_dir`, or compute and store it.
-
-    An entry is used only if it reads back as finite float32 logits of 2 dimensions and,
-    where given, `rows` rows of `width` labels; anything else (a truncated file, an
-    older edgekd's dtype, logits of another shape) is a miss, said in one note, and is
-    overwritten: it is only a cache, and a rerun must never fail on it."""
-    logits = load_logits(cache_dir, key, rows=rows, width=width)
-    if logits is not None:
-        return logits, True
-    return store_logits(cache_dir, key, compute()), False
-
-
 def load_logits(
     cache_dir: Path, key: str, *, rows: int | None = None, width: int | None = None
 ) -> np.ndarray | None:
-    """The logits stored under `key`, or None: not there, or not usable (`cached_logits`
-    says which in one note)."""
+    """The logits stored under `key`, or None: not there, or not usable, said in one
+    note. Usable: finite float32 logits of 2 dimensions and, where given, `rows` rows of
+    `width` labels; anything else (a truncated file, an older edgekd's dtype, logits of
+    another shape) is a miss, and the caller labels the rows again and overwrites it."""
     from safetensors.numpy import load_file
 
     path = cache_dir / f"{key}.safetensors"

@@ -42,7 +42,6 @@ from edgekd.artifacts import LabelerCalibration
 from edgekd.config import DistillConfig
 from edgekd.distill.cache import (
     cache_key,
-    cached_logits,
     default_cache_root,
     has_cached,
     hash_texts,
@@ -338,8 +337,8 @@ def _nothing() -> None:
 @dataclass(frozen=True)
 class LabelGroup:
     """The processes that label one transfer set together (`accelerate launch`), as the
-    collective operations labelling needs. `ALONE` is one process: it takes the
-    one-process path, where no collective is ever called. Injected (`process_group`
+    collective operations labelling needs. `ALONE` is one process: its collectives
+    return its own values, so one path serves one process and many. Injected (`process_group`
     builds it from accelerate), so a test runs a group as threads of one process."""
 
     rank: int = 0
@@ -429,20 +428,32 @@ def group_logits(
     what: str,
     width: int,
     meter: Meter,
-) -> tuple[np.ndarray, bool]:
-    """`cached_logits` for a group: the `n` rows of `texts()` under `key` (the main's;
-    the others pass ""). The main reads its cache and sends a usable entry to every
-    process, so the others never read a cache dir, which on another machine may not
-    hold it. Else each labels its `share`, every process reassembles the same logits
-    from the gathered shares (logits only, never texts), and the main alone stores them:
-    on one machine the cache dir is shared, and one writer cannot collide."""
-    cached = group.decided(lambda: load_logits(cache, key, rows=n, width=width))
-    if cached is not None:
-        return cached, True
+    sink: StateSink | None = None,
+) -> tuple[np.ndarray, TokenStates | None, bool]:
+    """(logits, token states, hit) of the `n` rows of `texts()` under `key` (the main's;
+    the others pass ""): from the cache when it holds them, else labelled. The main
+    reads its cache and sends a usable entry to every process, so the others never
+    read a cache dir, which on another machine may not hold it. Else each labels its
+    `share`, every process reassembles the same logits from the gathered shares
+    (logits only, never texts), and the main alone stores them: on one machine the
+    cache dir is shared, and one writer cannot collide. `ALONE` takes the same path
+    (its share is every row, its gather its own part).
+
+    With a `sink` (one process: `teacher_labels` refuses token states in a group) the
+    rows' token states are stored beside the logits under the same key; logits without
+    their states (or states without logits) are a miss, relabelled together. An entry
+    that does not read back as `n` × `width` finite float32 logits is a miss too, said
+    in one note and overwritten: it is only a cache, and a rerun must never fail on it."""
+    states = load_states(cache, key, n, sink.basis.k) if sink is not None else None
+    if sink is None or states is not None:
+        cached = group.decided(lambda: load_logits(cache, key, rows=n, width=width))
+        if cached is not None:
+            return cached, states, True
     started = time.perf_counter()
     mine = texts()[share(n, group.rank, group.size)]
+    by = f", process {group.rank + 1}" if group.size > 1 else ""
     part = (
-        np.ascontiguousarray(labeler(mine, f"{what}, process {group.rank + 1}"), np.float32)
+        np.ascontiguousarray(labeler(mine, what + by), np.float32)
         if mine
         else np.zeros((0, width), np.float32)
     )
@@ -450,34 +461,10 @@ def group_logits(
     meter.add(n, time.perf_counter() - started, mine=len(mine))
     if group.main:
         store_logits(cache, key, logits)
-    return logits, False
-
-
-def cached_labels(
-    cfg: DistillConfig,
-    key: str,
-    texts: Callable[[], list[Any]],
-    compute: Callable[[], np.ndarray],
-    rows: int,
-    width: int,
-    sink: StateSink | None,
-) -> tuple[np.ndarray, TokenStates | None, bool]:
-    """(logits, token states, hit): `cached_logits`, and with a `sink` the rows' token
-    states too, stored beside the logits under the same key. Logits without their
-    states (or states without logits) are a miss: both are relabelled together."""
-    cache = cache_dir(cfg)
-    if sink is None:
-        logits, hit = cached_logits(cache, key, compute, rows=rows, width=width)
-        return logits, None, hit
-    states = load_states(cache, key, rows, sink.basis.k)
-    cached = load_logits(cache, key, rows=rows, width=width) if states is not None else None
-    if cached is not None:
-        return cached, states, True
-    logits = store_logits(cache, key, compute())
-    labelled = texts()
-    states = sink.states_of(labelled)
-    store_states(cache, key, states)
-    sink.forget(labelled)
+    if sink is not None:
+        states = sink.states_of(mine)
+        store_states(cache, key, states)
+        sink.forget(mine)
     return logits, states, False
 
 
@@ -510,37 +497,19 @@ def label_splits(
                 group, wanted, states,
             )  # fmt: skip
             continue
-        if group.size > 1:
-            key = split_key(cfg, fingerprint, split, texts, runtime) if group.main else ""
-
-            def rows(texts: Sequence[Any] = texts) -> list[Any]:
-                return list(texts)
-
-            out[split], hits[split] = group_logits(
-                group, cache_dir(cfg), key, rows, len(texts), labeler,
-                f"teacher logits ({split})", width, meter,
-            )  # fmt: skip
-            continue
-        started = time.perf_counter()
-
-        def compute(
-            texts: Sequence[Any] = texts, split: str = split, labeler: Labeler = labeler
-        ) -> np.ndarray:
-            return labeler(list(texts), f"teacher logits ({split})")
+        key = split_key(cfg, fingerprint, split, texts, runtime) if group.main else ""
 
         def rows(texts: Sequence[Any] = texts) -> list[Any]:
             return list(texts)
 
-        key = split_key(cfg, fingerprint, split, texts, runtime)
-        out[split], split_states, hits[split] = cached_labels(
-            cfg, key, rows, compute, len(texts), width, wanted
-        )
+        out[split], split_states, hits[split] = group_logits(
+            group, cache_dir(cfg), key, rows, len(texts), labeler, f"teacher logits ({split})",
+            width, meter, wanted,
+        )  # fmt: skip
         if split_states is not None:
             states[split] = split_states
         elif sink is not None:  # dev and selection rows: their states teach nothing
             sink.forget(list(texts))
-        if not hits[split]:
-            meter.add(len(texts), time.perf_counter() - started)
     return out, hits
 
 
@@ -594,31 +563,18 @@ def label_chunks(
             cost = 0.0 if cached or rate is None else (b - a) / rate
             return plan.room is None or plan.room(b, cost)
 
-        if not (fits() if group.size == 1 else group.decided(fits)):
+        if not group.decided(fits):
             break
+
+        def rows(a: int = a, b: int = b) -> list[Any]:
+            return list(texts[a:b])
+
         what = f"teacher logits (augmented {b:,} of {len(texts):,})"
-        if group.size > 1:
-
-            def rows(a: int = a, b: int = b) -> list[Any]:
-                return list(texts[a:b])
-
-            logits, hit = group_logits(
-                group, cache_dir(cfg), key, rows, b - a, labeler, what, width, meter
-            )
-        else:
-            started = time.perf_counter()
-
-            def compute(a: int = a, b: int = b, what: str = what) -> np.ndarray:
-                return labeler(list(texts[a:b]), what)
-
-            def chunk(a: int = a, b: int = b) -> list[Any]:
-                return list(texts[a:b])
-
-            logits, chunk_states, hit = cached_labels(cfg, key, chunk, compute, b - a, width, sink)
-            if chunk_states is not None:
-                state_parts.append(chunk_states)
-            if not hit:
-                meter.add(b - a, time.perf_counter() - started)
+        logits, chunk_states, hit = group_logits(
+            group, cache_dir(cfg), key, rows, b - a, labeler, what, width, meter, sink
+        )
+        if chunk_states is not None:
+            state_parts.append(chunk_states)
         parts.append(logits)
         all_hit = all_hit and hit
     if sink is not None and states is not None:

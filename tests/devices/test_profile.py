@@ -38,3 +38,11 @@ def test_profile_model_refuses_fewer_runs_than_trials_by_the_configs_rule(tmp_pa
     model = identity_model(tmp_path / "id.onnx")
     with pytest.raises(EdgeKDError, match=r"runs 2 < trials 5: each trial needs a run; raise"):
         profile_model(model, runs=2, trials=5)
+
+
+def test_profile_model_passes_threads_zero_as_all_cores_when_set(tmp_path):
+    # 0 is onnxruntime's "all cores", not "unset": it must not fall back to the
+    # device spec's count (local-cpu's 1).
+    model = identity_model(tmp_path / "id.onnx")
+    assert profile_model(model, runs=2, trials=1, warmup=0, seq_len=4, threads=0)["threads"] == 0
+    assert profile_model(model, runs=2, trials=1, warmup=0, seq_len=4)["threads"] == 1

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from edgekd.distill.cache import cache_key, cached_logits, teacher_fingerprint
+from conftest import through_cache
+from edgekd.distill.cache import cache_key, teacher_fingerprint
 
 
 def test_cache_key_changes_with_texts_length_and_augmentation():
@@ -13,15 +14,15 @@ def test_cache_key_changes_with_texts_length_and_augmentation():
     assert base != cache_key("fp", ["a", "b"], 64, augmentation="tang")
 
 
-def test_cached_logits_computes_once_then_loads(tmp_path):
+def test_labelling_computes_once_then_loads_from_the_cache(tmp_path):
     calls = []
 
     def compute():
         calls.append(1)
         return np.arange(6, dtype=np.float32).reshape(3, 2)
 
-    first, hit1 = cached_logits(tmp_path, "k", compute)
-    second, hit2 = cached_logits(tmp_path, "k", compute)
+    first, hit1 = through_cache(tmp_path, "k", compute)
+    second, hit2 = through_cache(tmp_path, "k", compute)
     assert (hit1, hit2) == (False, True) and len(calls) == 1
     np.testing.assert_array_equal(first, second)
     assert [p.suffix for p in tmp_path.iterdir()] == [".safetensors"]
@@ -47,12 +48,12 @@ def test_a_damaged_cache_entry_is_recomputed_not_fatal(tmp_path, damage):
         calls.append(1)
         return np.ones((3, 2))
 
-    cached_logits(tmp_path, "k", compute)
+    through_cache(tmp_path, "k", compute)
     path = tmp_path / "k.safetensors"
     path.write_bytes(path.read_bytes()[:40] if damage is None else damage)  # truncated
-    logits, hit = cached_logits(tmp_path, "k", compute)
+    logits, hit = through_cache(tmp_path, "k", compute)
     assert not hit and len(calls) == 2 and logits.shape == (3, 2)
-    assert cached_logits(tmp_path, "k", compute)[1]  # rewritten whole: a hit again
+    assert through_cache(tmp_path, "k", compute)[1]  # rewritten whole: a hit again
 
 
 def test_store_logits_writes_one_whole_entry_that_load_logits_reads_back(tmp_path):

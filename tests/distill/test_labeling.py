@@ -396,15 +396,25 @@ def test_teacher_labels_in_a_group_calibrates_and_exports_on_the_main_only(
     assert not (tmp_path / "rank1").exists()
 
 
-def test_a_group_of_one_calls_no_collective(tmp_path, monkeypatch):
+def test_a_group_of_one_labels_every_row_itself_through_the_group_path(tmp_path, monkeypatch):
+    # One process takes the group path: its share is every row, and its collectives
+    # hand back its own values (a barrier would wait for nobody).
     monkeypatch.setattr(labeling, "AUGMENT_CHUNK", 4)
-    alone = LabelGroup(broadcast=never, gather=never, barrier=never)
+    sent: list[object] = []
+
+    def own(value):
+        sent.append(value)
+        return value
+
+    alone = LabelGroup(broadcast=own, gather=lambda v: [own(v)], barrier=never)
     splits = group_splits()
     logits, _ = label_splits(
         _cfg(tmp_path), "fp", splits, dict.fromkeys(splits, (numbered, "x")), 2, None, None,
         alone,
     )  # fmt: skip
     np.testing.assert_array_equal(logits["augmented"][:, 1], range(10))
+    gathered = [v for v in sent if isinstance(v, np.ndarray) and len(v)]
+    assert sum(len(v) for v in gathered) == sum(len(t) for t in splits.values())
     cfg = DistillConfig(teacher="fake", teacher_runtime="onnx", cache_dir=str(tmp_path / "t"))
     _, _, report = teacher_labels(
         cfg, {"train": TRANSFER}, fake_teacher(), None, ["neg", "pos"],

@@ -381,3 +381,20 @@ def test_cli_export_e2e_says_what_it_checked(tiny_teacher, tiny_data, tmp_path):
     assert r.exit_code == 0, r.output
     assert "e2e: model.e2e.onnx" in r.output and "on 40 of 40 dev rows" in r.output
     assert ExportReport.read(tmp_path / "e").e2e.source == "fp32"  # no --int8: fp32 inside
+
+
+def test_profile_times_a_bare_e2e_model_from_the_vocabulary_inside_it(e2e_export, tmp_path):
+    # No tokenizer.json beside it and no --data: the synthetic texts come from the
+    # WordpieceTokenizer inside the graph's Loop body.
+    import json
+
+    import onnx
+
+    from edgekd.devices.profile import graph_vocabulary, profile_model
+
+    bare = tmp_path / E2E_MODEL
+    bare.write_bytes((e2e_export / E2E_MODEL).read_bytes())
+    vocab = json.loads((e2e_export / "tokenizer.json").read_text())["model"]["vocab"]
+    assert set(graph_vocabulary(onnx.load(str(bare)).graph)) == set(vocab)
+    r = profile_model(bare, runs=4, trials=2, warmup=0, seq_len=4)
+    assert r["end_to_end_timing"] and r["p50_ms"] > 0
