@@ -271,6 +271,8 @@ def measure(
     try:
         time.sleep(1.0 if loaded else 0)
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        if load is not None and load.poll() is not None:  # the figure would be "alone"
+            raise RuntimeError(f"the process beside ended (exit {load.returncode}) mid-measure")
     finally:
         if load is not None:
             load.kill()
@@ -368,15 +370,17 @@ def main() -> None:
         env = {**base, "GOMP_SPINCOUNT": LIBGOMP_DEFAULT}
         label = ["--worker", "label", "--runtime", "auto"]
         train = ["--worker", "train", "--threads"]
+        # Two of the cores this process may run on (a container's CPU set need not be 0-1).
+        first, second = (str(c) for c in sorted(os.sched_getaffinity(0))[:2])
         # Alone on both cores (as a run labels, then trains), then one core each at once.
         r = {
             "label_alone": measure(args, label, env, False)["rows_per_s"],
             "train_alone": measure(args, [*train, "0"], env, False)["rows_per_s"],
             "label_beside": measure(
-                args, [*label, "--cpu", "0"], env, False, beside=[*train, "1", "--cpu", "1"]
+                args, [*label, "--cpu", first], env, False, beside=[*train, "1", "--cpu", second]
             )["rows_per_s"],
             "train_beside": measure(
-                args, [*train, "1", "--cpu", "1"], env, False, beside=[*label, "--cpu", "0"]
+                args, [*train, "1", "--cpu", second], env, False, beside=[*label, "--cpu", first]
             )["rows_per_s"],
         }
         rows.append({"what": "overlap", **r, "revision": revision()})

@@ -200,9 +200,14 @@ def graph_vocabulary(graph: Any) -> list[str]:
     for node in graph.node:
         for a in node.attribute:
             if node.op_type == "WordpieceTokenizer" and a.name == "vocab":
-                return list(json.loads(a.s.decode()))
+                try:  # the file may be crafted: a vocabulary is a JSON object, or none
+                    vocab = json.loads(a.s.decode())
+                except (ValueError, RecursionError):  # not UTF-8, not JSON, too deep
+                    vocab = None
+                if isinstance(vocab, dict) and vocab:
+                    return [str(piece) for piece in vocab]
             if node.op_type == "LabelEncoder" and a.name == "keys_strings":
-                words = words or [k.decode() for k in a.strings]
+                words = words or [k.decode("utf-8", "replace") for k in a.strings]
             subgraphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
             for sub in subgraphs:
                 if found := graph_vocabulary(sub):

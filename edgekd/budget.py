@@ -21,7 +21,7 @@ from edgekd.artifacts import (
     ProfileResult,
     read_profile,
 )
-from edgekd.config import StrictModel, apply_sets, load_yaml, validate
+from edgekd.config import MAX_THREADS, StrictModel, apply_sets, load_yaml, validate
 from edgekd.errors import EdgeKDError
 
 
@@ -48,7 +48,13 @@ class Budget(StrictModel):
         description="Which exported model is gated: int8, fp32, or shipped (int8 when the "
         "export kept one, else fp32; an fp32 that ships has no int8 drop to limit).",
     )
-    threads: int = Field(1, ge=1, description="Thread count the latency limit applies to.")
+    threads: int = Field(
+        1,
+        ge=0,
+        le=MAX_THREADS,
+        description="Thread count the latency limit applies to (0: all cores, as profiled "
+        "with --threads 0).",
+    )
     max_bytes: int | None = Field(None, ge=1, description="Model file size, bytes.")
     max_p90_ms: float | None = Field(None, gt=0, description="p90 latency at batch 1, ms.")
     min_accuracy: float | None = Field(None, ge=0, le=1, description="Dev accuracy, 0..1.")

@@ -41,6 +41,7 @@ from edgekd.artifacts import (
 )
 from edgekd.budget import Budget, load_budget
 from edgekd.config import (
+    MAX_THREADS,
     PLAIN_NAME,
     DataConfig,
     DistillConfig,
@@ -84,7 +85,9 @@ class ProfileStage(StrictModel):
 
     devices: list[str] = same(ProfileConfig, "devices")
     hosts: dict[str, str] = same(ProfileConfig, "hosts")
-    threads: int | None = Field(None, ge=1, description="Unset: each device's own.")
+    threads: int | None = Field(
+        None, ge=0, le=MAX_THREADS, description="0: all cores; unset: each device's own."
+    )
     runs: int = same(ProfileConfig, "runs")
     trials: int = same(ProfileConfig, "trials")
     warmup: int = same(ProfileConfig, "warmup")

@@ -68,6 +68,7 @@ def test_collect_metrics_reads_export_and_matching_profile(tmp_path):
     for name, threads, p90 in (
         ("model.int8.onnx", 1, 1.5),
         ("model.int8.onnx", 2, 0.9),
+        ("model.int8.onnx", 0, 0.7),  # `profile --threads 0`: all cores
         ("model.onnx", 1, 3.0),
     ):
         (tmp_path / f"profile-{name}-{threads}.json").write_text(
@@ -81,6 +82,8 @@ def test_collect_metrics_reads_export_and_matching_profile(tmp_path):
     assert (
         collect_metrics([tmp_path], Budget(model="fp32", threads=1, max_p90_ms=1))["p90_ms"] == 3.0
     )
+    # A budget for all cores reads the all-cores profile, not the spec's count's.
+    assert collect_metrics([tmp_path], Budget(threads=0, max_p90_ms=1))["p90_ms"] == 0.7
 
 
 def test_evaluate_covers_memory_init_time_and_agreement_limits():

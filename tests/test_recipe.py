@@ -221,6 +221,8 @@ def test_recipe_profile_and_plan_sections_default_as_their_stage_configs_do(
     # The profile stage runs the ProfileConfig its section states, at the run's length.
     recipe = load_recipe(write_recipe(tmp_path, tiny_teacher, tiny_data, {"max_bytes": 1}))
     assert recipe.profile_config(8) == ProfileConfig(runs=6, trials=2, warmup=1, seq_lens=[8])
+    # Its threads take ProfileConfig's range: 0 is all cores there and here.
+    assert ProfileStage(threads=0).threads == ProfileConfig(threads=0).threads == 0
 
 
 def test_stage_replaces_its_folder_whole_and_shows_its_result_only_when_it_ran(tmp_path):

@@ -444,6 +444,8 @@ def group_logits(
     their states (or states without logits) are a miss, relabelled together. An entry
     that does not read back as `n` × `width` finite float32 logits is a miss too, said
     in one note and overwritten: it is only a cache, and a rerun must never fail on it."""
+    if sink is not None and group.size > 1:  # the others' keys are "": no cache of theirs
+        raise ValueError("token states are labelled by one process, not a group")
     states = load_states(cache, key, n, sink.basis.k) if sink is not None else None
     if sink is None or states is not None:
         cached = group.decided(lambda: load_logits(cache, key, rows=n, width=width))
@@ -458,13 +460,14 @@ def group_logits(
         else np.zeros((0, width), np.float32)
     )
     logits = reassemble(group.gather(part), width)
-    meter.add(n, time.perf_counter() - started, mine=len(mine))
     if group.main:
         store_logits(cache, key, logits)
     if sink is not None:
         states = sink.states_of(mine)
         store_states(cache, key, states)
         sink.forget(mine)
+    # Stored, then timed: the budget's rate is what a chunk costs, its writes included.
+    meter.add(n, time.perf_counter() - started, mine=len(mine))
     return logits, states, False
 
 

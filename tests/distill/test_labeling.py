@@ -446,3 +446,13 @@ def test_process_group_takes_rank_and_core_share_from_accelerate(monkeypatch):
     assert waited == [1]
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")  # one process per machine
     assert process_group(state).apart and process_group(state).threads == available_cores()
+
+
+def test_group_logits_refuses_token_states_in_a_group(tmp_path):
+    # The other processes pass "" for the key: with states they would read and write a
+    # cache entry of no name, and skip the main's collectives.
+    group = LabelGroup(rank=0, size=2)
+    with pytest.raises(ValueError, match="one process"):
+        labeling.group_logits(
+            group, tmp_path, "k", lambda: ["a"], 1, numbered, "x", 2, labeling.Meter(), object()
+        )  # type: ignore[arg-type]

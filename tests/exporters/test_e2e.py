@@ -398,3 +398,17 @@ def test_profile_times_a_bare_e2e_model_from_the_vocabulary_inside_it(e2e_export
     assert set(graph_vocabulary(onnx.load(str(bare)).graph)) == set(vocab)
     r = profile_model(bare, runs=4, trials=2, warmup=0, seq_len=4)
     assert r["end_to_end_timing"] and r["p50_ms"] > 0
+
+
+@pytest.mark.parametrize("vocab", [b"\xff", b"[1, 2]", b"7", b"{}", b"[" * 100_000])
+def test_graph_vocabulary_skips_a_crafted_tokenizer_vocabulary(vocab):
+    # No vocabulary to draw from is `profile`'s one-line refusal (pass --data), never a
+    # traceback from a file that may have been crafted.
+    from onnx import helper
+
+    from edgekd.devices.profile import graph_vocabulary
+
+    node = helper.make_node("WordpieceTokenizer", ["t"], ["p"], domain="ai.onnx.contrib")
+    node.attribute.append(helper.make_attribute("vocab", vocab))
+    graph = helper.make_graph([node], "g", [], [])
+    assert graph_vocabulary(graph) == []
