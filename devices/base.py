@@ -61,6 +61,12 @@ class DeviceSpec(StrictModel):
         "adb); a spec file writes them beside the fields above.",
     )
 
+    def threads_for(self, requested: int | None) -> int:
+        """The thread count a run on this device uses: `requested` (0: all cores, as
+        onnxruntime reads it), or this spec's own when unset. Profile, plan and check
+        resolve it here alike, so 0 never falls back to the spec as a falsy value."""
+        return self.threads if requested is None else requested
+
     @model_validator(mode="before")
     @classmethod
     def _runner_fields(cls, value: Any) -> Any:

@@ -93,7 +93,7 @@ def profile_model(
     """
     dev = load_device(device, host=host)
     files = {"model": existing(model)}
-    threads = dev.spec.threads if threads is None else threads  # 0: all cores
+    threads = dev.spec.threads_for(threads)
     try:
         runs_cover_trials(runs, trials)  # the configs' rule, for a direct call too
     except ValueError as e:

@@ -126,14 +126,7 @@ def check_devices(
     spec's own) at the threads its profiles ran with (`threads`, else the spec's)."""
     # The spec's name: what the profiles call it, and the budget's `devices:` key.
     return [
-        check(
-            budget,
-            artifacts,
-            out_dir,
-            s.name,
-            s.threads if threads is None else threads,  # 0: all cores, not the spec's
-            defaults=s.budget,
-        )
+        check(budget, artifacts, out_dir, s.name, s.threads_for(threads), defaults=s.budget)
         for s in specs
     ]
 

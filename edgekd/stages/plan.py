@@ -70,8 +70,7 @@ def plan(
     check_not_input(out_dir, [cfg.teacher, cfg.data.spec])
     spec = load_spec(cfg.device, host=cfg.host)  # a bad device fails before any work
     defaults = None if spec.name in budget.devices else spec.budget
-    threads = spec.threads if cfg.threads is None else cfg.threads  # 0: all cores
-    b = budget_for(budget, spec.name, threads, defaults)
+    b = budget_for(budget, spec.name, spec.threads_for(cfg.threads), defaults)
     limits = {f: float(getattr(b, f)) for f in SHAPE_LIMITS if getattr(b, f) is not None}
     if not limits:
         raise EdgeKDError(

@@ -49,3 +49,10 @@ def test_bad_spec_gets_one_line_error(tmp_path, text, match):
     with pytest.raises(EdgeKDError, match=match) as e:
         load_spec(str(path))
     assert "\n" not in str(e.value) and e.value.exit_code == 2
+
+
+def test_device_spec_threads_for_keeps_zero_and_fills_unset_from_the_spec():
+    from edgekd.devices.base import DeviceSpec
+
+    spec = DeviceSpec(name="board", threads=4)
+    assert (spec.threads_for(None), spec.threads_for(0), spec.threads_for(2)) == (4, 0, 2)
