@@ -266,29 +266,30 @@ def test_load_json_refused_when_a_key_twice_or_too_deep(tmp_path, text, message)
 @pytest.mark.parametrize(
     ("rows", "expected"),
     [
-        (67_349, 20),  # SST-2: Tang et al.'s 20
-        (7_500, 20),  # 150,000 / 7,500 = 20 exactly
-        (7_499, 21),
-        (1_350, 112),  # CLINC150 at 10 rows per class (less 150 held out): ⌈111.1⌉
-        (100, 200),  # the cap
+        (67_349, 40),  # SST-2: twice Tang et al.'s 20
+        (7_500, 40),  # 300,000 / 7,500 = 40 exactly
+        (7_499, 41),
+        (3_000, 100),  # 300,000 / 3,000
+        (1_350, 200),  # CLINC150 at 10 rows per class (less 150 held out): ⌈222.2⌉ → the cap
+        (100, 200),
         (0, 200),
     ],
 )
-def test_auto_variants_per_text_fill_the_candidate_rows_within_20_to_200(rows, expected):
+def test_auto_variants_per_text_fill_the_candidate_rows_within_40_to_200(rows, expected):
     assert AugmentConfig().variants_per_text(rows) == expected
 
 
 @pytest.mark.parametrize(
     ("rows", "minutes", "expected"),
     [
-        (67_349, None, 20),  # no budget: sized as the default's
-        (67_349, 5.0, 20),  # a smaller budget labels a prefix of the default's
-        (67_349, 13.0, 20),
-        (67_349, 30.0, 47),  # ⌈20 × 30 / 13⌉ = ⌈46.15⌉
-        (67_349, 60.0, 93),  # ⌈92.3⌉
-        (7_500, 26.0, 40),  # 2 × 150,000 / 7,500 = 40 = 2 × 20
-        (1_350, 26.0, 200),  # ⌈2 × 111.1⌉ = 223: the cap holds
-        (3_000, 26.0, 100),  # 300,000 / 3,000
+        (67_349, None, 40),  # no budget: sized as the default's
+        (67_349, 5.0, 40),  # a smaller budget labels a prefix of the default's
+        (67_349, 13.0, 40),
+        (67_349, 30.0, 93),  # ⌈40 × 30 / 13⌉ = ⌈92.3⌉
+        (67_349, 60.0, 185),  # ⌈184.6⌉
+        (7_500, 26.0, 80),  # 2 × 300,000 / 7,500 = 80 = 2 × 40
+        (1_350, 26.0, 200),  # ⌈2 × 222.2⌉ = 445: the cap holds
+        (6_000, 26.0, 100),  # 600,000 / 6,000, over 2 × 40
     ],
 )
 def test_auto_variants_per_text_scale_with_the_budget_past_the_default(rows, minutes, expected):

@@ -498,13 +498,13 @@ def test_task_shape_counts_rows_per_label_and_resolves_auto_variants():
     shape = TaskShape.of(labels, 4, selection_rows=3, augment=AugmentConfig())
     assert (shape.rows, shape.labels, shape.min_per_class) == (23, 4, 0)
     assert shape.median_per_class == 7.0  # of 0, 5, 9, 9
-    # ⌈150,000 / 23⌉ = 6,522 variants wanted: capped at 200.
+    # ⌈300,000 / 23⌉ = 13,044 variants wanted: capped at 200.
     assert (shape.variants_per_text, shape.candidates_at_most) == (200, 4_600)
-    # A 26-minute budget doubles the candidates: ⌈300,000 / 23⌉ still meets the cap.
+    # A 26-minute budget doubles the candidates: ⌈600,000 / 23⌉ still meets the cap.
     assert TaskShape.of(labels, 4, 3, AugmentConfig(), minutes=26.0).variants_per_text == 200
-    big = [0, 1] * 5_000  # 10,000 rows: 20 by default, ⌈20 × 26 / 13⌉ = 40 at 26 minutes
-    assert TaskShape.of(big, 2, 3, AugmentConfig()).variants_per_text == 20
-    assert TaskShape.of(big, 2, 3, AugmentConfig(), minutes=26.0).variants_per_text == 40
+    big = [0, 1] * 5_000  # 10,000 rows: 40 by default, ⌈40 × 26 / 13⌉ = 80 at 26 minutes
+    assert TaskShape.of(big, 2, 3, AugmentConfig()).variants_per_text == 40
+    assert TaskShape.of(big, 2, 3, AugmentConfig(), minutes=26.0).variants_per_text == 80
     fixed = TaskShape.of(labels, 4, 3, AugmentConfig(n_iter=5))
     assert fixed.variants_per_text == 5
     assert fixed.describe() == (

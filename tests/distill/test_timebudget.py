@@ -302,8 +302,8 @@ def test_run_distill_resolves_unset_epochs_and_auto_variants_to_numbers(
     tiny_teacher, tiny_data, tmp_path
 ):
     # No budget: unset epochs mean 10, recorded as 10; auto variants for ~140 training
-    # rows (160 less 16 held out to select and their repeats): ⌈150,000 / 141⌉ =
-    # 1,064 → the cap, 200.
+    # rows (160 less 16 held out to select and their repeats): ⌈300,000 / 141⌉ =
+    # 2,128 → the cap, 200.
     from edgekd.stages.distill import distill as run_distill
 
     cfg = _run(tiny_teacher, tiny_data, time_budget=None, epochs=None, patience=1)
@@ -324,7 +324,7 @@ def test_run_distill_sizes_auto_variants_from_its_budget(
     import edgekd.config as config
     from edgekd.stages.distill import distill as run_distill
 
-    monkeypatch.setattr(config, "TANG_VARIANTS", 2)
+    monkeypatch.setattr(config, "AUTO_MIN_VARIANTS", 2)
     monkeypatch.setattr(config, "AUTO_VARIANT_ROWS", 1)
     aug = AugmentConfig(methods=["mask"])
     for minutes, folder, expected in ((13.0, "a", 2), (26.0, "b", 4)):

@@ -65,7 +65,7 @@ def test_plan_keeps_the_candidates_that_fit_and_ranks_them(tiny_teacher, tiny_da
     assert small.bundle_bytes > small.bytes and small.p90_ms and small.peak_rss_mb
     assert result.top(3) == [small] and result.limits == {"max_bytes": MAX_BYTES}
     # What a default distill run would size from the data: 160 rows less 16 held out
-    # (and their repeats), two labels, ⌈150,000 / ≤ 144⌉ → the cap of 200 per text.
+    # (and their repeats), two labels, ⌈300,000 / ≤ 144⌉ → the cap of 200 per text.
     shape = result.task_shape
     assert shape is not None and (shape.labels, shape.selection_rows) == (2, 16)
     assert 130 <= shape.rows <= 144 and shape.variants_per_text == 200
