@@ -389,8 +389,33 @@ class DistillConfig(StrictModel):
         None, gt=0, description="Adam learning rate; unset: the student's (bilstm 1e-3, bert 5e-5)."
     )
     weight_decay: float = Field(0.0, ge=0)
-    lr_decay: Literal["none", "linear", "cosine"] = Field(
-        "none", description="Learning rate over the planned steps: constant, or down to 0."
+    lr_decay: Literal["none", "linear", "cosine", "cooldown"] = Field(
+        "none",
+        description="Learning rate over the steps: constant (none); down to 0 over the "
+        "planned steps (linear, cosine); or constant, then linearly down to 0 over the last "
+        "`cooldown` share of the steps the run ends up training (cooldown: under a time "
+        "budget its end is projected from each epoch's measured pace, and a plateau or "
+        "early stop starts one instead of stopping).",
+    )
+    cooldown: float = Field(
+        0.2,
+        gt=0,
+        lt=1,
+        description="Share of the run's steps at its end over which `lr_decay: cooldown` "
+        "brings the learning rate to 0.",
+    )
+    cooldown_from: int | None = Field(
+        None,
+        ge=0,
+        description="Optimiser step the cool-down started (`lr_decay: cooldown`; written by "
+        "a run to its resolved config, with cooldown_to, so it reruns to the same rates). "
+        "null: planned by the run.",
+    )
+    cooldown_to: int | None = Field(
+        None,
+        ge=1,
+        description="Optimiser step at which the cool-down's learning rate reaches 0 (a "
+        "budget may have stopped the run before it); set with cooldown_from.",
     )
     warmup_ratio: float = Field(
         0.0, ge=0, lt=1, description="Share of the planned steps with a linear warm-up."
@@ -484,6 +509,15 @@ class DistillConfig(StrictModel):
     def _last_epoch_of_set_epochs(self) -> DistillConfig:
         if self.last_epoch_steps is not None and self.epochs is None:
             raise ValueError("last_epoch_steps is the last of `epochs` steps: set epochs too")
+        start, end = self.cooldown_from, self.cooldown_to
+        if start is None and end is None:
+            return self
+        if start is None or end is None or self.epochs is None:
+            raise ValueError("cooldown_from and cooldown_to are set together, with epochs")
+        if end <= start:
+            raise ValueError("cooldown_to must be above cooldown_from")
+        if self.lr_decay != "cooldown":
+            raise ValueError("cooldown_from and cooldown_to need lr_decay: cooldown")
         return self
 
     @field_validator("assistant")

@@ -228,7 +228,13 @@ def planned_config(cfg: DistillConfig, plan: TimePlan) -> DistillConfig:
         update={"max_rows": plan.augmented_rows if plan.augmented_candidates else None}
     )
     # A rerun's part of an epoch was the last run's clock, not this one's.
-    update = {"epochs": plan.epochs, "augment": augment, "last_epoch_steps": None}
+    update = {
+        "epochs": plan.epochs,
+        "augment": augment,
+        "last_epoch_steps": None,
+        "cooldown_from": None,
+        "cooldown_to": None,
+    }
     return cfg.model_copy(update=update)
 
 

@@ -25,6 +25,7 @@ import torch
 
 from edgekd.config import DistillConfig
 from edgekd.data import Split, bucketed_batches
+from edgekd.distill.cooldown import StepPlan
 from edgekd.distill.methods import (
     MethodRun,
     Step,
@@ -65,7 +66,7 @@ def lr_factor(step: int, total: int, warmup: int, decay: str) -> float:
     curve with no scheduler state to save."""
     if step < warmup:
         return (step + 1) / warmup
-    if decay == "none":
+    if decay in ("none", "cooldown"):  # a cool-down is the run's `StepPlan`, not the step's
         return 1.0
     done = (step - warmup) / max(total - warmup, 1)  # 0 → 1 over the decay
     if decay == "linear":
@@ -301,13 +302,45 @@ def train_student(
     # Steps of the last epoch when only part of it is trained: the config's (a rerun of
     # a budget's cut), or what the clock leaves room for (`part_of_epoch`).
     part_steps = cfg.last_epoch_steps
+    # A checkpoint written after the last epoch (its output never saved) trains none.
+    last = resume.epoch if resume.final is not None else cfg.max_epochs
+    per_epoch = len(loader)
+    # `lr_decay: cooldown`: the rate stays constant until the run knows where it ends,
+    # then falls linearly to 0 over its last `cooldown` share of steps. The plan is the
+    # config's (a rerun), the checkpoint's (a resumed run), or made as the run goes.
+    cooling = cfg.lr_decay == "cooldown"
+    plan = StepPlan(0, cfg.cooldown_from, cfg.cooldown_to)
+    if cooling and cfg.cooldown_from is None and history:
+        plan = StepPlan(0, *history[-1].get("cooldown", (None, None)))
+    # The steps the config allows: every epoch, or a rerun's part of the last.
+    end_cap = (cfg.max_epochs - 1) * per_epoch + (part_steps or per_epoch)
+    stop_at = end_cap
+
+    def plan_the_end(done: int, end: int, stale: str) -> str:
+        """Start the cool-down when due (`cooldown_start`), from step `done` with the
+        run's end projected at `end`; set the epochs left to train. Returns why it
+        started, or ""."""
+        nonlocal last, part_steps, stop_at
+        why = ""
+        if plan.decay_from is None:
+            if stale:
+                end = min(end, done + math.ceil(done * cfg.cooldown / (1.0 - cfg.cooldown)))
+            start = cooldown_start(done, end, per_epoch, cfg.cooldown, now=bool(stale))
+            if start is not None and end > start:
+                plan.cool_down(start, end)
+                why = stale or f"the last {cfg.cooldown:.0%} of the {end:,} steps that fit"
+        stop_at = min(end, plan.decay_to if plan.decay_to is not None else end)
+        if stop_at > done:
+            last, part_steps = ends_at(stop_at, per_epoch)
+        return why
+
     with progress_bar() as bar:
         job = bar.add_task("distill", total=cfg.max_epochs * len(loader), rate="")
         bar.update(job, advance=resume.epoch * len(loader))
-        # A checkpoint written after the last epoch (its output never saved) trains none.
-        last = resume.epoch if resume.final is not None else cfg.max_epochs
-        if resume.final in ("time", "plateau"):
+        if resume.final in ("time", "plateau", "cooldown"):
             cut_for_time = resume.epoch
+        elif cooling:  # a run of few epochs cools down within its first
+            plan_the_end(resume.epoch * per_epoch, end_cap, "")
         for epoch in range(resume.epoch + 1, last + 1):
             loss_fn.start_epoch(epoch)
             for name, schedule in cfg.schedules.items():
@@ -329,7 +362,11 @@ def train_student(
                 clip_gradients(accelerator, trainable, cfg.grad_clip)
                 step = (epoch - 1) * len(loader) + i
                 for group in optim.param_groups:
-                    group["lr"] = lr * lr_factor(step, total_steps, warmup_steps, cfg.lr_decay)
+                    group["lr"] = (
+                        lr
+                        * lr_factor(step, total_steps, warmup_steps, cfg.lr_decay)
+                        * plan.factor(step)
+                    )
                 optim.step()
                 optim.zero_grad()
                 if averaged is not None:
@@ -384,7 +421,42 @@ def train_student(
                     stop = True
             # Whether this epoch is the last, decided before the checkpoint records it.
             final, why = ("early stop" if stop else None), ""
-            if final is None and epoch == last and count < len(loader):
+            if cooling:
+                final, why = None, ""
+                trained = (epoch - 1) * per_epoch + count
+                losses = [h["train_loss"] for h in history[min_epochs:]]
+                stale = ""
+                if stop:
+                    stale = f"{cfg.patience} epochs below the kept one beyond noise"
+                elif until_plateau and plateaued(losses, cfg.patience):
+                    stale = (
+                        f"the training loss fell under {PLATEAU_GAIN:.0%} over "
+                        f"{cfg.patience} epochs"
+                    )
+                if trained >= stop_at:
+                    final = "cooldown" if plan.decay_to == trained else "time"
+                    why = (
+                        f"cool-down done: the learning rate reached 0 at step {trained:,}"
+                        if final == "cooldown"
+                        else f"time budget: stopping after step {trained:,}"
+                    )
+                else:
+                    end = end_cap
+                    if seconds_left is not None:  # the steps that fit at this epoch's pace
+                        took, left = time.perf_counter() - epoch_start, seconds_left()
+                        end = min(end, trained + steps_that_fit(took, left, count))
+                    # Every process plans from the main one's clock and losses.
+                    end, stale = main_choice((end, stale))
+                    started = plan_the_end(trained, end, stale)
+                    if started:
+                        console.print(
+                            f"cool-down: the learning rate falls to 0 over steps "
+                            f"{plan.decay_from:,}-{plan.decay_to:,} ({started})"
+                        )
+                    if stop_at <= trained:
+                        final, why = "time", f"time budget: stopping after epoch {epoch}"
+                history[-1]["cooldown"] = [plan.decay_from, plan.decay_to]
+            elif final is None and epoch == last and count < len(loader):
                 final = "time"  # the part of an epoch the clock left room for (or a rerun's)
                 why = (
                     f"epoch {epoch}: {count:,} of its {len(loader):,} steps, as the time left held"
@@ -403,7 +475,12 @@ def train_student(
                         last, part_steps = epoch + 1, part
             # Losses of the last stage only: annealing's first epochs are another loss.
             losses = [h["train_loss"] for h in history[min_epochs:]]
-            flat = until_plateau and epoch < cfg.max_epochs and plateaued(losses, cfg.patience)
+            flat = (
+                not cooling
+                and until_plateau
+                and epoch < cfg.max_epochs
+                and plateaued(losses, cfg.patience)
+            )
             if final is None and main_choice(flat):  # every process stops at the same epoch
                 final = "plateau"
                 why = (
@@ -438,6 +515,7 @@ def train_student(
     unwrapped.eval()
     # A history from before `steps` was recorded had whole epochs.
     last_steps = history[-1].get("steps", len(loader))
+    end_of_run = (len(history) - 1) * per_epoch + last_steps
     # The kept epoch's own score (best_acc is the highest seen, the rule's reference).
     chosen = (
         {"selection_accuracy": history[best_epoch - 1]["selection_accuracy"]} if len(select) else {}
@@ -450,6 +528,15 @@ def train_student(
         # The last epoch's steps when it was trained in part (the resolved config's).
         "last_epoch_steps": last_steps if last_steps < len(loader) else None,
         "processes": processes,
+        # The cool-down as trained (one that never started: at the run's end), so the
+        # resolved config reruns to the same rates.
+        "cooldown": (
+            (plan.decay_from, plan.decay_to)
+            if plan.decay_from is not None
+            else (end_of_run, end_of_run + 1)
+        )
+        if cooling
+        else None,
         **chosen,
     }
 
@@ -462,13 +549,39 @@ T = TypeVar("T")
 MIN_PART_OF_EPOCH = 0.1
 
 
+def cooldown_start(done: int, end: int, per_epoch: int, share: float, now: bool) -> int | None:
+    """The step a cool-down over the last `share` of `end` steps starts at, seen at step
+    `done`, when it starts before the plan is looked at again (the next epoch's end,
+    `done + per_epoch`): at once when its point has passed, or `now`. None: not yet.
+    10 epochs of 100 steps, share 0.2: the cool-down starts at step 800, planned at the
+    end of epoch 8 (800 < 800 + 100), not at the end of epoch 7 (800 ≥ 700 + 100)."""
+    start = math.ceil((1.0 - share) * end)
+    if now:
+        return done
+    return max(done, start) if start < done + per_epoch else None
+
+
+def ends_at(stop: int, per_epoch: int) -> tuple[int, int | None]:
+    """(the last epoch, its steps or None for all of them) of a run ending at step
+    `stop`: 1,050 steps at 100 a epoch end 50 steps into epoch 11."""
+    last = math.ceil(stop / per_epoch)
+    part = stop - (last - 1) * per_epoch
+    return last, (None if part == per_epoch else part)
+
+
+def steps_that_fit(took_s: float, left_s: float, steps: int) -> int:
+    """Steps that fit in `left_s` seconds at the pace of `steps` steps in `took_s`
+    (an epoch's, its scoring included): 2,300 steps in 40 s, 29 s left → 1,667."""
+    return int(max(left_s, 0.0) / max(took_s, 1e-9) * steps)
+
+
 def part_of_epoch(took_s: float, left_s: float, steps: int) -> int | None:
     """Steps of the next epoch that fit in `left_s` seconds at the last epoch's pace
     (`took_s` for `steps` steps, its scoring included, so the part's scoring fits
     too), or None when that is under `MIN_PART_OF_EPOCH` of an epoch. SST-2 at 5
     minutes: a 40 s epoch, 29 s left → 72% of the next epoch, where stopping left 15%
     of the budget unused."""
-    fit = int(max(left_s, 0.0) / max(took_s, 1e-9) * steps)
+    fit = steps_that_fit(took_s, left_s, steps)
     if fit >= steps:  # a whole epoch fits: not a part (the caller asked for one)
         fit = steps - 1
     return fit if fit >= max(1, math.ceil(MIN_PART_OF_EPOCH * steps)) else None

@@ -139,7 +139,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     bought_epochs = (
         clock is not None
         and cfg.epochs is None
-        and cfg.lr_decay == "none"
+        and cfg.lr_decay in ("none", "cooldown")
         and cfg.warmup_ratio == 0
         and not cfg.schedules
     )
@@ -294,10 +294,13 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     )
     seconds["train"] = time.perf_counter() - t
     cut, part = fit.pop("cut_for_time"), fit.pop("last_epoch_steps")
+    cooldown = fit.pop("cooldown")
     if cut is not None:  # the epochs actually run are the choice: the config reruns to them
         cfg = cfg.model_copy(update={"epochs": cut, "last_epoch_steps": part})
         if time_plan is not None:
             time_plan = time_plan.model_copy(update={"cut_after": cut, "last_epoch_steps": part})
+    if cooldown is not None:  # and so are the steps its learning rate fell over
+        cfg = cfg.model_copy(update={"cooldown_from": cooldown[0], "cooldown_to": cooldown[1]})
 
     t = time.perf_counter()
     pred = predict_logits(student, tok, tok.ids(task.dev.texts)).argmax(1)

@@ -55,8 +55,14 @@ def bigger_data(tmp_path_factory) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "extra",
-    [(), ("-s", "epoch_average=1")],  # the epochs' average is restored, not restarted
-    ids=["plain", "epoch_average"],
+    [
+        (),
+        ("-s", "epoch_average=1"),  # the epochs' average is restored, not restarted
+        # A cool-down over the last 70% of 6 epochs starts at step ⌈1.8 L⌉, planned after
+        # epoch 1: the resumed run follows the plan its checkpoint recorded.
+        ("-s", "lr_decay=cooldown", "-s", "cooldown=0.7"),
+    ],
+    ids=["plain", "epoch_average", "cooldown"],
 )
 def test_distill_killed_mid_epoch_resumes_to_the_same_weights(
     tmp_path, tiny_teacher, bigger_data, extra

@@ -1,6 +1,8 @@
 """--time-budget: the plan's arithmetic, the chunked labelling it drives, and a run
 that records what it chose and resolves to a config that reproduces it."""
 
+import math
+
 import numpy as np
 import pytest
 import yaml
@@ -240,6 +242,90 @@ def test_run_distill_trains_the_part_of_an_epoch_the_clock_leaves_and_reruns_to_
     from edgekd.distill.timebudget import planned_config
 
     assert planned_config(DistillConfig(**resolved), m.time_plan).last_epoch_steps is None
+
+
+def test_run_distill_cools_down_over_its_last_fifth_and_reruns_to_it(
+    tiny_teacher, tiny_data, tmp_path
+):
+    # No budget, 5 epochs of L steps: the rate falls to 0 over steps ⌈0.8 × 5L⌉ = 4L
+    # to 5L (planned at the end of epoch 4), and the resolved config reruns to them.
+    from edgekd.stages import distill as stage
+
+    cfg = _run(tiny_teacher, tiny_data, time_budget=None, epochs=5, lr_decay="cooldown")
+    m = stage.distill(cfg, tmp_path / "a")
+    steps = m.history[0]["steps"]
+    assert [h["cooldown"] for h in m.history] == [[None, None]] * 3 + [[4 * steps, 5 * steps]] * 2
+    assert m.epochs_run == 5
+    resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert (resolved["cooldown_from"], resolved["cooldown_to"]) == (4 * steps, 5 * steps)
+    stage.distill(DistillConfig(**resolved), tmp_path / "b")
+    constant = DistillConfig(**{**resolved, "lr_decay": "none", "cooldown_from": None,
+                                "cooldown_to": None})  # fmt: skip
+    stage.distill(constant, tmp_path / "c")
+    a, b, c = (load_file(str(tmp_path / x / "model.safetensors")) for x in "abc")
+    assert all((a[k] == b[k]).all() for k in a)
+    assert not all((a[k] == c[k]).all() for k in a)  # the cool-down changed the student
+
+
+def test_run_distill_starts_its_cool_down_from_the_pace_it_measures_under_a_budget(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # Epochs bought by a budget; after epochs 1, 2, 3 the time left holds 3, 2, 1
+    # epochs more (injected: the arithmetic is `steps_that_fit`'s). The run's end is
+    # then step 4L every time; its last fifth, ⌈3.2L⌉ to 4L, starts within epoch 4.
+    from edgekd.distill import trainer
+    from edgekd.stages import distill as stage
+
+    room = iter([3, 2, 1])
+    monkeypatch.setattr(stage, "probe_train_rate", lambda *a, **k: 1e9)
+    monkeypatch.setattr(trainer, "steps_that_fit", lambda took, left, steps: next(room) * steps)
+    cfg = _run(tiny_teacher, tiny_data, time_budget=30.0, epochs=None, lr_decay="cooldown")
+    m = stage.distill(cfg, tmp_path / "a")
+    steps = m.history[0]["steps"]
+    start = math.ceil(3.2 * steps)
+    assert m.epochs_run == 4 and m.history[-1]["cooldown"] == [start, 4 * steps]
+    assert m.time_plan is not None and m.time_plan.cut_after == 4
+    resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert resolved["epochs"] == 4 and resolved["time_budget"] is None
+    assert (resolved["cooldown_from"], resolved["cooldown_to"]) == (start, 4 * steps)
+    again = stage.distill(DistillConfig(**resolved), tmp_path / "b")
+    assert again.history[-1]["cooldown"] == [start, 4 * steps]
+    a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in "ab")
+    assert all((a[k] == b[k]).all() for k in a)
+
+
+def test_run_distill_cools_down_at_a_plateau_instead_of_stopping(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # The loss plateaus after epoch 2 (2L steps): a cool-down as long as a fifth of the
+    # whole run, ⌈2L × 0.2 / 0.8⌉ steps, then the run ends inside epoch 3.
+    from edgekd.distill import trainer
+    from edgekd.stages import distill as stage
+
+    monkeypatch.setattr(trainer, "plateaued", lambda losses, patience: len(losses) >= 1)
+    cfg = _run(
+        tiny_teacher, tiny_data, time_budget=30.0, epochs=None, patience=1, lr_decay="cooldown"
+    )
+    m = stage.distill(cfg, tmp_path / "a")
+    steps = m.history[0]["steps"]
+    end = 2 * steps + math.ceil(2 * steps * 0.25)
+    assert m.history[-1]["cooldown"] == [2 * steps, end]
+    assert m.epochs_run == 3 and m.history[-1]["steps"] == end - 2 * steps
+
+
+def test_cooldown_steps_are_set_together_with_epochs_and_a_cool_down():
+    from pydantic import ValidationError
+
+    ok = {"teacher": "t", "epochs": 3, "lr_decay": "cooldown"}
+    assert DistillConfig(**ok, cooldown_from=4, cooldown_to=9).cooldown_to == 9
+    for bad, match in (
+        ({**ok, "cooldown_from": 4}, "set together"),
+        ({**ok, "epochs": None, "cooldown_from": 4, "cooldown_to": 9}, "set together"),
+        ({**ok, "cooldown_from": 9, "cooldown_to": 9}, "above cooldown_from"),
+        ({**ok, "lr_decay": "none", "cooldown_from": 4, "cooldown_to": 9}, "need lr_decay"),
+    ):
+        with pytest.raises(ValidationError, match=match):
+            DistillConfig(**bad)
 
 
 def test_last_epoch_steps_without_epochs_is_refused():

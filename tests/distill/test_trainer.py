@@ -4,7 +4,14 @@ curve and the weight average."""
 import pytest
 import torch
 
-from edgekd.distill.trainer import keeps_later, lr_factor, weight_average
+from edgekd.distill.trainer import (
+    cooldown_start,
+    ends_at,
+    keeps_later,
+    lr_factor,
+    steps_that_fit,
+    weight_average,
+)
 
 
 def test_lr_factor_warms_up_then_decays_linearly_to_zero():
@@ -13,6 +20,40 @@ def test_lr_factor_warms_up_then_decays_linearly_to_zero():
     assert got == pytest.approx([0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125])
     assert lr_factor(6, 10, 2, "cosine") == pytest.approx(0.5)  # half-way: cos(π/2) = 0
     assert lr_factor(7, 10, 0, "none") == 1.0
+
+
+def test_lr_factor_is_constant_under_a_cool_down_it_leaves_to_the_runs_plan():
+    assert lr_factor(7, 10, 0, "cooldown") == 1.0
+    assert lr_factor(0, 10, 2, "cooldown") == 0.5  # the warm-up still applies
+
+
+@pytest.mark.parametrize(
+    ("done", "end", "now", "start"),
+    [
+        (700, 1000, False, None),  # the last fifth starts at 800: not before 700 + 100
+        (800, 1000, False, 800),  # due within the next epoch: it starts there
+        (800, 1050, False, 840),  # ⌈0.8 × 1,050⌉ = 840, 40 steps into the next epoch
+        (900, 1000, False, 900),  # its point passed (a slower pace moved the end): at once
+        (300, 1000, True, 300),  # a plateau or early stop: at once
+        (0, 110, False, 88),  # a run of 1.1 epochs cools down within its first
+    ],
+)
+def test_cooldown_start_begins_the_last_share_before_the_plan_is_looked_at_again(
+    done, end, now, start
+):
+    # 100 steps an epoch, a cool-down over the last 20% of the steps.
+    assert cooldown_start(done, end, 100, 0.2, now=now) == start
+
+
+def test_ends_at_names_the_last_epoch_and_its_steps():
+    assert ends_at(1050, 100) == (11, 50)
+    assert ends_at(1000, 100) == (10, None)  # a whole epoch
+    assert ends_at(1, 100) == (1, 1)
+
+
+def test_steps_that_fit_hold_the_time_left_at_the_last_epochs_pace():
+    assert steps_that_fit(40.0, 29.0, 2_300) == 1_667  # ⌊29 / 40 × 2,300⌋
+    assert steps_that_fit(40.0, -1.0, 2_300) == 0  # past the budget
 
 
 def test_weight_average_is_none_without_a_horizon():
