@@ -421,10 +421,11 @@ def train_student(
                     stop = True
             # Whether this epoch is the last, decided before the checkpoint records it.
             final, why = ("early stop" if stop else None), ""
+            # Losses of the last stage only: annealing's first epochs are another loss.
+            losses = [h["train_loss"] for h in history[min_epochs:]]
             if cooling:
                 final, why = None, ""
                 trained = (epoch - 1) * per_epoch + count
-                losses = [h["train_loss"] for h in history[min_epochs:]]
                 stale = ""
                 if stop:
                     stale = f"{cfg.patience} epochs below the kept one beyond noise"
@@ -473,8 +474,6 @@ def train_student(
                         )
                     else:  # one more epoch, in part
                         last, part_steps = epoch + 1, part
-            # Losses of the last stage only: annealing's first epochs are another loss.
-            losses = [h["train_loss"] for h in history[min_epochs:]]
             flat = (
                 not cooling
                 and until_plateau
