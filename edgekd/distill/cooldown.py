@@ -3,6 +3,15 @@ cooldown` in distill: constant until the run knows where it ends, then linearly 
 
 from __future__ import annotations
 
+import math
+
+
+def stale_end(step: int, share: float) -> int:
+    """The end of a cool-down started at `step` because the run stopped improving: it
+    spans `share` of the whole run, so ⌈step × share / (1 − share)⌉ steps (a fifth:
+    800 steps so far → 200 more)."""
+    return step + math.ceil(step * share / (1.0 - share))
+
 
 class StepPlan:
     """The learning rate over the steps: a linear warm-up, a constant rate, then a

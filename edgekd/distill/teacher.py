@@ -18,7 +18,7 @@ from edgekd.config import (
     teacher_positions,
 )
 from edgekd.data import Split, TaskData, carve_selection, length_sorted_batches
-from edgekd.distill.cooldown import StepPlan
+from edgekd.distill.cooldown import StepPlan, stale_end
 from edgekd.errors import EdgeKDError
 from edgekd.progress import console, progress_bar
 from edgekd.students import STUDENT_FILE
@@ -397,7 +397,7 @@ def next_stop(
     if step >= (1.0 - cooldown) * end:
         plan.cool_down(step, end)
     elif stale:
-        plan.cool_down(step, min(end, step + math.ceil(step * cooldown / (1.0 - cooldown))))
+        plan.cool_down(step, min(end, stale_end(step, cooldown)))
     return plan.decay_to if plan.decay_to is not None else end
 
 

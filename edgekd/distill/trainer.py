@@ -25,7 +25,7 @@ import torch
 
 from edgekd.config import DistillConfig
 from edgekd.data import Split, bucketed_batches
-from edgekd.distill.cooldown import StepPlan
+from edgekd.distill.cooldown import StepPlan, stale_end
 from edgekd.distill.methods import (
     MethodRun,
     Step,
@@ -324,7 +324,7 @@ def train_student(
         why = ""
         if plan.decay_from is None:
             if stale:
-                end = min(end, done + math.ceil(done * cfg.cooldown / (1.0 - cfg.cooldown)))
+                end = min(end, stale_end(done, cfg.cooldown))
             start = cooldown_start(done, end, per_epoch, cfg.cooldown, now=bool(stale))
             if start is not None and end > start:
                 plan.cool_down(start, end)
