@@ -20,11 +20,12 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
 from edgekd.config import MAX_INNER, MAX_TOKENS, MAX_VOCAB, MAX_WIDTH, StrictModel
 from edgekd.data import sides_of
+from edgekd.errors import EdgeKDError
 from edgekd.students.base import (
     Student,
     dummy_rows,
@@ -56,6 +57,13 @@ class TableConfig(StrictModel):
         "auto",
         description="Own word vocabulary from the transfer set, or the teacher's WordPiece "
         "cut to the pieces the transfer set uses; auto: wordpiece if the teacher has one.",
+    )
+    extra_pieces: int = Field(
+        0,
+        ge=0,
+        le=MAX_VOCAB,
+        description="With a WordPiece vocabulary: also keep the teacher's first N pieces "
+        "(its most frequent), for words the transfer set lacks; each costs a table row.",
     )
     embedding_dim: int = Field(64, ge=2, le=MAX_WIDTH, description="Width the encoder reads.")
     embedding_rank: int | None = Field(
@@ -89,6 +97,12 @@ class TableConfig(StrictModel):
     pair: bool = Field(
         False, description="Siamese over sentence pairs (set from the data by prepare)."
     )
+
+    @model_validator(mode="after")
+    def _pieces_need_wordpiece(self) -> TableConfig:
+        if self.extra_pieces and self.vocab == "word":
+            raise ValueError("extra_pieces keeps teacher WordPiece pieces; use vocab wordpiece")
+        return self
 
     @property
     def rank(self) -> int | None:
@@ -252,6 +266,11 @@ class TableStudent(Student):
             kind = "wordpiece" if is_wordpiece(teacher_tokenizer) else "word"
             config = config.model_copy(update={"vocab": kind})
         if config.vocab == "word":
+            if config.extra_pieces:  # auto chose words: the teacher has no WordPiece
+                raise EdgeKDError(
+                    "extra_pieces needs a WordPiece teacher; this one's tokenizer is not: "
+                    "set student option extra_pieces to 0"
+                )
             mask = getattr(teacher_tokenizer, "mask_token", None)
             tok = build_word_tokenizer(
                 sides_of(texts),
@@ -263,8 +282,9 @@ class TableStudent(Student):
             )
         else:
             tok = wordpiece_from_teacher(
-                teacher_tokenizer, config.max_length, texts=sides_of(texts)
-            )
+                teacher_tokenizer, config.max_length, texts=sides_of(texts),
+                extra=config.extra_pieces,
+            )  # fmt: skip
             # WordPiece ids must not collide with our padding row 0 meaning anything else.
             if tok.pad_id != 0:
                 raise ValueError("the teacher's [PAD] id is not 0; use student vocab 'word'")

@@ -122,6 +122,42 @@ def test_prepare_auto_vocab_is_word_when_the_teacher_has_no_wordpiece():
     assert vocab_tokens(tok)[2:] == ["good", "movie"]
 
 
+def test_prepare_extra_pieces_start_from_their_teacher_rows(tiny_teacher):
+    from edgekd.distill.teacher import load_teacher
+
+    teacher, ttok = load_teacher(str(tiny_teacher))
+    options = {"vocab": "wordpiece", "embedding_dim": 32, "extra_pieces": 6}
+    texts = ["a good movie"]
+    model, tok = BiLSTMStudent.prepare(options, texts, 2, teacher, ttok)
+    plain, _ = BiLSTMStudent.prepare({**options, "extra_pieces": 0}, texts, 2, teacher, ttok)
+    tokens = vocab_tokens(tok)
+    assert model.vocab_size == len(tokens) > plain.vocab_size
+    table = teacher.get_input_embeddings().weight.detach()
+    np.testing.assert_allclose(
+        model.embedding.weight[1:].detach().numpy(),
+        table[ttok.convert_tokens_to_ids(tokens[1:])],
+    )
+
+
+def test_extra_pieces_are_refused_with_a_word_vocabulary():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="use vocab wordpiece"):
+        BiLSTMConfig(vocab="word", extra_pieces=100)
+
+
+def test_prepare_extra_pieces_refused_when_the_teacher_has_no_wordpiece():
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from edgekd.errors import EdgeKDError
+
+    level = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    ttok = PreTrainedTokenizerFast(tokenizer_object=level, pad_token="[PAD]", unk_token="[UNK]")
+    with pytest.raises(EdgeKDError, match="extra_pieces to 0"):
+        BiLSTMStudent.prepare({"init": "random", "extra_pieces": 5}, ["good movie"], 2, None, ttok)
+
+
 def test_bilstm_mix_with_lambda_one_is_the_plain_forward():
     model = tiny()
     ids = torch.tensor([[5, 6, 7], [3, 0, 0]])

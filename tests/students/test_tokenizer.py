@@ -4,7 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from edgekd.students.tokenizer import needed_pieces, vocab_tokens, wordpiece_from_teacher
+from edgekd.students.tokenizer import (
+    first_pieces,
+    needed_pieces,
+    vocab_tokens,
+    wordpiece_from_teacher,
+)
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PIECES = ["good", "goodness", "x", "g", "o", "d", "n", "e", "s", "##o", "##d", "##e", "##s"]
@@ -63,6 +68,30 @@ def test_wordpiece_subset_splits_an_unseen_word_into_pieces_not_unk(teacher_tok)
     # A character the texts never used has no trained row: that word is [UNK].
     assert sub.tokenizer.encode("x", add_special_tokens=False).tokens == ["[UNK]"]
     assert sub.pad_id == 0
+
+
+def test_first_pieces_are_the_lowest_ids_without_placeholders(tmp_path):
+    from transformers import BertTokenizerFast
+
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[unused0]", "[UNK]", *PIECES]))
+    full = wordpiece_from_teacher(BertTokenizerFast(vocab_file=str(tmp_path / "vocab.txt")), 16)
+    assert sorted(vocab_tokens(full)[i] for i in first_pieces(full, 3)) == ["good", "goodness", "x"]
+    assert first_pieces(full, 0) == set()
+
+
+def test_wordpiece_subset_keeps_extra_pieces_and_still_tokenizes_its_texts_like_the_teacher(
+    teacher_tok,
+):
+    texts = ["good goodness"]
+    sub = wordpiece_from_teacher(teacher_tok, 16, texts=texts, extra=8)
+    tokens = vocab_tokens(sub)
+    # The first 8 pieces after the specials: good, goodness, x, g, o, d, n, e; and the
+    # texts' own (##o, ##d, ##e, ##s): "x", unseen in the texts, has a row now.
+    assert tokens == [*SPECIALS, *PIECES[:8], "s", "##o", "##d", "##e", "##s"]
+    assert sub.tokenizer.encode("x", add_special_tokens=False).tokens == ["x"]
+    assert sub.tokenizer.encode(texts[0], add_special_tokens=False).tokens == teacher_tok.tokenize(
+        texts[0]
+    )
 
 
 def test_packed_ids_equal_ids_across_encode_chunks_and_pairs(monkeypatch):
