@@ -1,7 +1,7 @@
 """One distillation lever against the defaults, side by side, on a shared task.
 
     python benchmarks/levers.py --task clinc150-10 --lever student.options.init=teacher-output
-        [--seeds 0 1 2]
+        [--seeds 0 1 2] [--also FIELD=VALUE ...]
 
 For each seed, two runs of `edgekd distill --student bilstm --teacher T --data D --seed N`
 (its default budget), each from a cold teacher-logit cache (a fresh $EDGEKD_CACHE), one
@@ -11,7 +11,9 @@ each. The teacher and data are those of `benchmarks/tasks.py` for that task
 (runs/bench-tasks/TASK, made by it when absent). Scored: the export's shipped model on
 the task's dev split (accuracy; MCC × 100 for CoLA), as recorded in export.json, and
 retention = student ÷ teacher on the same rows. Reported per arm: the median over
-seeds, each seed's score, epochs run, augmented rows and distill minutes.
+seeds, each seed's score, epochs run, augmented rows and distill minutes. Each `--also`
+lever is one more arm beside the same defaults (A B C, C B A, ...): two levers for the
+runs of three arms, not four.
 
 A lever lands as a default only if it wins on the median, on more than one task
 (issue 31); every measured lever stays in the table, kept or not. Rows of earlier runs
@@ -176,12 +178,19 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--task", required=True, choices=list(tasks.TASKS))
     p.add_argument("--lever", required=True, action="append", help="FIELD=VALUE (-s syntax).")
+    p.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        help="Another lever as an arm of its own, beside the same defaults (FIELD=VALUE).",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = p.parse_args()
     seeds = args.seeds[: smoke.at_most(len(args.seeds), smoke.REPEATS)]
     teacher, data = teacher_and_data(args.task)
     arms = {"defaults": [], " + ".join(args.lever): list(args.lever)}
+    arms.update({lever: [lever] for lever in args.also})
     runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
     for i, seed in enumerate(seeds):
         order = list(arms) if i % 2 == 0 else list(arms)[::-1]

@@ -167,6 +167,7 @@ AUGMENTERS: Registry[Any] = Registry(
         "ngram": "edgekd.distill.augment:NgramAugmenter",
         "tang": "edgekd.distill.augment:TangAugmenter",
         "swap": "edgekd.distill.augment:SwapAugmenter",
+        "neighbour": "edgekd.distill.augment:NeighbourAugmenter",
         "minimax": "edgekd.distill.minimax:MinimaxSelector",
         "mixup": "edgekd.distill.mixup:MixKD",
         "mate": "edgekd.distill.mate:MateKD",

@@ -97,7 +97,7 @@ OnnxRuntime = Callable[[DistillConfig, str, str], OnnxTeacher]
 
 
 def augmented_texts(
-    cfg: DistillConfig, train_texts: list[Any], tokenizer: Any
+    cfg: DistillConfig, train_texts: list[Any], tokenizer: Any, teacher: Any = None
 ) -> tuple[TextColumn, np.ndarray]:
     """Every candidate extra row (deduplicated variants of the training texts) in a
     seeded order and, per row, the index of the training text it came from (int32).
@@ -105,8 +105,16 @@ def augmented_texts(
 
     The rows are an Arrow file in the cache, memory-mapped (`transfer.py`): they are
     generated once per (training texts, augmentation) and streamed to disk as they are
-    made, so a large augmentation costs disk, not memory."""
-    from edgekd.distill.augment import build_augmenter, methods_of_stage, text_key, variants
+    made, so a large augmentation costs disk, not memory. `teacher` (the model) is read
+    only by an augmenter that `needs_teacher` (its input embeddings: `TeacherVocab`)."""
+    from edgekd.distill.augment import (
+        TeacherVocab,
+        build_augmenter,
+        methods_of_stage,
+        needs_teacher,
+        text_key,
+        variants,
+    )
 
     if not methods_of_stage(cfg.augment.methods, "text"):
         return TextColumn.empty(), np.zeros(0, np.int32)
@@ -115,11 +123,21 @@ def augmented_texts(
     per_text = cfg.augment.variants_per_text(len(train_texts), cfg.time_budget)
     resolved = cfg.augment.model_copy(update={"n_iter": per_text})
     h = hashlib.sha256(f"{TRANSFER_VERSION}\x00{text_key(resolved)}\x00{mask}".encode())
+    vocab = None
+    if needs_teacher(cfg.augment):  # the variants are the teacher's too
+        vocab = TeacherVocab.of(teacher, tokenizer)
+        if vocab is None:
+            names = [m.name for m in methods_of_stage(cfg.augment.methods, "text")]
+            raise EdgeKDError(
+                f"augment {'+'.join(names)} reads a WordPiece teacher's input embeddings, "
+                "and this teacher has none: choose other --augment methods"
+            )
+        h.update(vocab.fingerprint().encode())
     hash_texts(h, train_texts)
     path = cache_root(cfg) / "transfer" / f"{h.hexdigest()[:32]}.arrow"
     rows = TextColumn.read(path)  # None: not there yet, or damaged (it is only a cache)
     if rows is None:
-        augmenter = build_augmenter(cfg.augment, train_texts, mask)
+        augmenter = build_augmenter(cfg.augment, train_texts, mask, vocab)
         # A phrase dataset already holds the parts of its sentences (n-gram variants, in
         # effect): varying the parts again adds little, varying the sentences adds new rows.
         if cfg.augment.sources == "maximal":

@@ -177,7 +177,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         console.print(f"yardstick: TF-IDF + LR dev accuracy {tfidf.accuracy:.4f}")
     t = time.perf_counter()
     extra: TextColumn | TakenColumn
-    extra, sources = augmented_texts(cfg, train.texts, teacher_tok)
+    extra, sources = augmented_texts(cfg, train.texts, teacher_tok, teacher)
     seconds["augment"] = time.perf_counter() - t
 
     # The student's vocabulary comes from every candidate row, kept or not, so a cap on

@@ -199,3 +199,123 @@ def test_augmented_texts_vary_only_maximal_rows_and_map_sources_back():
         assert len(row.split()) == len(train[src].split())  # masking keeps the length
     every = cfg.model_copy(update={"augment": cfg.augment.model_copy(update={"sources": "all"})})
     assert set(augmented_texts(every, train, None)[1]) > {0, 3}
+
+
+def toy_vocab(tokens, vectors):
+    import numpy as np
+
+    from edgekd.distill.augment import TeacherVocab
+
+    return TeacherVocab(tokens, np.array(vectors, dtype=np.float32), str.lower)
+
+
+# Pieces in id order and 2-d input embeddings: "good" sits between "great" (nearest)
+# and "fine"; "##ish", "a" and "42" are never replacements (a continuation, one letter,
+# not letters); "[unused0]" neither.
+TOKENS = ["[PAD]", "[unused0]", "good", "great", "fine", "##ish", "a", "42", "bad", "awful"]
+VECTORS = [[0, 0], [1, 1], [1, 0], [1, 0.1], [1, 0.3], [1, 0.05], [1, 0.02], [1, 0.01],
+           [-1, 0], [-1, 0.1]]  # fmt: skip
+
+
+def test_neighbour_table_ranks_whole_word_pieces_by_cosine_and_leaves_out_the_word():
+    from edgekd.distill.augment import neighbour_table
+
+    vocab = toy_vocab(TOKENS, VECTORS)
+    table = neighbour_table(vocab, {"Good", "bad", "unknown", "##ish"}, pieces=100, k=2)
+    # Keys are whole pieces after the normaliser (Good → good); ##ish and a word the
+    # teacher splits get none.
+    assert table == {"good": ["great", "fine"], "bad": ["awful", "fine"]}
+
+
+def test_neighbour_table_draws_only_from_the_first_pieces():
+    from edgekd.distill.augment import neighbour_table
+
+    vocab = toy_vocab(TOKENS, VECTORS)
+    # The first 3 whole-word pieces are good, great, fine: "awful" is past them.
+    assert neighbour_table(vocab, {"bad"}, pieces=3, k=1) == {"bad": ["fine"]}
+
+
+def test_neighbour_table_breaks_cosine_ties_by_piece_id():
+    from edgekd.distill.augment import neighbour_table
+
+    tokens = ["[PAD]", "cat", "dog", "cow", "pig"]
+    vectors = [[0, 0], [1, 0], [0, 1], [0, -1], [0, 2]]  # dog, cow, pig: cosine 0, 0, 0
+    table = neighbour_table(toy_vocab(tokens, vectors), {"cat"}, pieces=10, k=3)
+    assert table == {"cat": ["dog", "cow", "pig"]}
+
+
+def test_neighbour_replaces_each_word_with_a_neighbour_at_rate_p():
+    from edgekd.distill.augment import NeighbourAugmenter
+
+    aug = NeighbourAugmenter({"good": ["great", "fine"]}, str.lower, p=1.0)
+    assert aug.one("a Good plot", random.Random(0)) in ("a great plot", "a fine plot")
+    never = NeighbourAugmenter({"good": ["great"]}, str.lower, p=0.0)
+    assert never.one("a good plot", random.Random(0)) == "a good plot"
+    half = NeighbourAugmenter({"good": ["great"]}, str.lower, p=0.5)
+    out = half([" ".join(["good"] * 10)] * 1000, random.Random(0))
+    replaced = sum(row.split().count("great") for row in out)
+    assert 4_700 < replaced < 5_300  # 10,000 draws at p = 0.5
+
+
+def test_neighbour_needs_a_teacher_vocabulary():
+    from edgekd.config import AugmentConfig
+    from edgekd.distill.augment import build_augmenter
+
+    with pytest.raises(ValueError, match="WordPiece"):
+        build_augmenter(AugmentConfig(methods=["neighbour"]), ["a good plot"], "[MASK]")
+
+
+def test_teacher_vocab_lines_up_pieces_with_input_embeddings(tiny_teacher):
+    from edgekd.distill.augment import TeacherVocab
+    from edgekd.distill.teacher import load_teacher
+
+    teacher, tok = load_teacher(str(tiny_teacher))
+    vocab = TeacherVocab.of(teacher, tok)
+    assert vocab is not None and vocab.tokens[tok.convert_tokens_to_ids("good")] == "good"
+    table = teacher.get_input_embeddings().weight.detach().numpy()
+    assert (vocab.vectors == table[: len(vocab.tokens)]).all()
+    assert vocab.normalize("GOOD") == "good"
+    assert TeacherVocab.of(None, tok) is None
+
+
+def test_neighbour_variants_are_keyed_by_the_teachers_embeddings(tiny_teacher, tmp_path):
+    import shutil
+
+    import torch
+
+    from edgekd.config import DistillConfig
+    from edgekd.distill.labeling import augmented_texts
+    from edgekd.distill.teacher import load_teacher
+
+    cfg = DistillConfig(
+        teacher="t",
+        augment={"methods": [{"name": "neighbour", "options": {"p": 1.0, "k": 1}}], "n_iter": 4},
+    )
+    train = ["a good movie", "a bad plot"]
+    teacher, tok = load_teacher(str(tiny_teacher))
+    rows, _ = augmented_texts(cfg, train, tok, teacher)
+    assert len(rows) and not set(rows) & set(train)
+    assert list(augmented_texts(cfg, train, tok, teacher)[0]) == list(rows)  # the cache's
+    # Other embeddings are other neighbours: the cached rows are not reused for them.
+    copy = tmp_path / "other"
+    shutil.copytree(tiny_teacher, copy)
+    other, _ = load_teacher(str(copy))
+    with torch.no_grad():
+        other.get_input_embeddings().weight.mul_(-1).add_(1.0)
+    again, _ = augmented_texts(cfg, train, tok, other)
+    assert again.path != rows.path
+
+
+def test_neighbour_refused_for_a_teacher_without_wordpiece():
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from edgekd.config import DistillConfig
+    from edgekd.distill.labeling import augmented_texts
+    from edgekd.errors import EdgeKDError
+
+    level = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    tok = PreTrainedTokenizerFast(tokenizer_object=level, pad_token="[PAD]", unk_token="[UNK]")
+    cfg = DistillConfig(teacher="t", augment={"methods": ["neighbour"], "n_iter": 2})
+    with pytest.raises(EdgeKDError, match="choose other --augment methods"):
+        augmented_texts(cfg, ["a good plot"], tok, object())
