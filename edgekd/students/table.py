@@ -58,13 +58,6 @@ class TableConfig(StrictModel):
         description="Own word vocabulary from the transfer set, or the teacher's WordPiece "
         "cut to the pieces the transfer set uses; auto: wordpiece if the teacher has one.",
     )
-    extra_pieces: int = Field(
-        0,
-        ge=0,
-        le=MAX_VOCAB,
-        description="With a WordPiece vocabulary: also keep the teacher's first N pieces "
-        "(its most frequent), for words the transfer set lacks; each costs a table row.",
-    )
     embedding_dim: int = Field(64, ge=2, le=MAX_WIDTH, description="Width the encoder reads.")
     embedding_rank: int | None = Field(
         # 64: a wider table (embedding_dim 300) stays 0.85 MB in int8 for 13k tokens, not
@@ -90,6 +83,13 @@ class TableConfig(StrictModel):
         50_000, ge=3, le=MAX_VOCAB, description="Word vocabulary cap (incl. PAD, UNK)."
     )
     min_freq: int = Field(1, ge=1, description="Keep words seen at least this often.")
+    extra_pieces: int = Field(
+        0,
+        ge=0,
+        le=MAX_VOCAB,
+        description="With a WordPiece vocabulary: also keep the teacher's first N pieces "
+        "(its most frequent), for words the transfer set lacks; each costs a table row.",
+    )
     lowercase: bool = True
     max_length: int = Field(
         64, ge=1, le=MAX_TOKENS, description="Tokens per text; longer texts are cut."
