@@ -355,13 +355,17 @@ def neighbour_table(
     keys = sorted({index[n] for n in map(teacher.normalize, words) if n in index and whole(n)})
     if not candidates or not keys:
         return {}
-    vectors = teacher.vectors.astype(np.float64)
-    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+    def unit(ids: Sequence[int]) -> np.ndarray:  # float64 rows of length 1
+        rows = teacher.vectors[np.asarray(ids)].astype(np.float64)
+        return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+
     cand = np.array(candidates)
+    cand_unit = unit(candidates)
     out: dict[str, list[str]] = {}
     for start in range(0, len(keys), NEIGHBOUR_CHUNK):
         chunk = keys[start : start + NEIGHBOUR_CHUNK]
-        cos = np.round(vectors[chunk] @ vectors[cand].T, COSINE_DECIMALS)
+        cos = np.round(unit(chunk) @ cand_unit.T, COSINE_DECIMALS)
         cos[cand[None, :] == np.array(chunk)[:, None]] = -np.inf  # not itself
         for row, key in zip(cos, chunk, strict=True):
             order = np.lexsort((cand, -row))[:k]  # by cosine, then by id
