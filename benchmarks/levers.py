@@ -191,6 +191,8 @@ def main() -> None:
     teacher, data = teacher_and_data(args.task)
     arms = {"defaults": [], " + ".join(args.lever): list(args.lever)}
     arms.update({lever: [lever] for lever in args.also})
+    if len(arms) != 2 + len(args.also):  # two arms of one name would share a run folder
+        p.error("each --lever / --also arm must differ from the others")
     runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
     for i, seed in enumerate(seeds):
         order = list(arms) if i % 2 == 0 else list(arms)[::-1]

@@ -120,9 +120,10 @@ def distill(
         None,
         "--augment",
         help="Comma-separated: mask, pos, ngram, tang (all three), swap (a span from another "
-        "text), minimax (pick the most divergent variants each epoch), mixup (MixKD), "
-        "mate (MATE-KD: a masked LM rewrites text against the student; --generator); none: "
-        "no augmentation. Their options: -s augment.methods.NAME.options.FIELD=VALUE.",
+        "text), neighbour (words near in the teacher's embeddings), minimax (pick the most "
+        "divergent variants each epoch), mixup (MixKD), mate (MATE-KD: a masked LM rewrites "
+        "text against the student; --generator); none: no augmentation. Their options: "
+        "-s augment.methods.NAME.options.FIELD=VALUE.",
         show_default=default_name(AugmentConfig, "methods"),
     ),
     generator: str | None = typer.Option(

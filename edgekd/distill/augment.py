@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 
 from edgekd.config import AugmentConfig, StrictModel
 from edgekd.data import sides_of
+from edgekd.errors import EdgeKDError
 from edgekd.registry import Component, NoOptions
 
 Tagger = Callable[[list[str]], list[str]]
@@ -68,7 +69,7 @@ class Augmenter:
     stage: ClassVar[str] = "text"
     # Whether `from_config` also takes `teacher=` (a `TeacherVocab`): the variants then
     # depend on the teacher, and the transfer set's cache key holds its fingerprint.
-    needs_teacher: ClassVar[bool] = False
+    reads_teacher_vocab: ClassVar[bool] = False
 
     def __call__(self, texts: Sequence[Any], rng: random.Random) -> list[Any]:
         """One variant per text; a sentence pair gets each side augmented in turn."""
@@ -238,41 +239,54 @@ class SwapAugmenter(Augmenter):
         return words[:at] + donor[take : take + m] + words[at + n :]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TeacherVocab:
     """What an augmenter may read of the teacher: its WordPiece pieces in id order,
-    their input embeddings (pieces × width) and its text normaliser (lower case and
-    accents stripped, for an uncased teacher)."""
+    their input embeddings (pieces × width), its text normaliser (lower case and
+    accents stripped, for an uncased teacher), and the tokenizer's settings besides
+    its vocabulary (`spec`, JSON), which the fingerprint holds too."""
 
     tokens: list[str]
     vectors: np.ndarray
     normalize: Callable[[str], str]
     prefix: str = "##"
+    spec: str = ""
 
     @classmethod
-    def of(cls, teacher: Any, tokenizer: Any) -> TeacherVocab | None:
-        """The teacher's, or None when it has no WordPiece tokenizer or input table."""
-        backend = getattr(tokenizer, "backend_tokenizer", None)
-        if backend is None or teacher is None:
-            return None
-        model = json.loads(backend.to_str())["model"]
-        if model["type"] != "WordPiece":
-            return None
+    def of(cls, teacher: Any, tokenizer: Any) -> TeacherVocab:
+        """The teacher's; an `EdgeKDError` naming the fix when it has no WordPiece
+        tokenizer, or its ids do not number its input table's rows 0..n−1."""
+        backend: Any = getattr(tokenizer, "backend_tokenizer", None)
+        spec = json.loads(backend.to_str()) if backend is not None else {}
+        if spec.get("model", {}).get("type") != "WordPiece" or teacher is None:
+            raise EdgeKDError(
+                "this augmentation draws words from a WordPiece teacher's vocabulary, and "
+                "this teacher's tokenizer is not WordPiece: choose other --augment methods"
+            )
         vocab = backend.get_vocab()
-        table = teacher.get_input_embeddings().weight.detach().float().numpy()
-        if table.shape[0] < len(vocab):
-            return None
+        table = teacher.get_input_embeddings().weight.detach().cpu().float().numpy()
+        # A crafted tokenizer.json may skip or repeat ids: then the i-th token is not
+        # the i-th row, and every neighbour would be another word's.
+        if sorted(vocab.values()) != list(range(len(vocab))) or table.shape[0] < len(vocab):
+            raise EdgeKDError(
+                f"the teacher's tokenizer numbers its {len(vocab):,} pieces other than its "
+                f"{table.shape[0]:,} input-embedding rows 0..n-1: fix its tokenizer.json, or "
+                "choose other --augment methods"
+            )
         normalizer = backend.normalizer
+        spec["model"] = {k: v for k, v in spec["model"].items() if k != "vocab"}
         return cls(
             tokens=sorted(vocab, key=vocab.__getitem__),
             vectors=table[: len(vocab)],
             normalize=normalizer.normalize_str if normalizer is not None else str,
-            prefix=model.get("continuing_subword_prefix") or "##",
+            prefix=spec["model"].get("continuing_subword_prefix") or "##",
+            spec=json.dumps(spec, sort_keys=True),
         )
 
     def fingerprint(self) -> str:
-        """What the variants depend on: the pieces and their vectors."""
-        h = hashlib.sha256("\x00".join(self.tokens).encode())
+        """What the variants depend on: the pieces, their vectors, and the tokenizer's
+        normaliser and prefix (`spec`)."""
+        h = hashlib.sha256(self.spec.encode() + b"\x00" + "\x00".join(self.tokens).encode())
         h.update(np.ascontiguousarray(self.vectors, dtype=np.float32).tobytes())
         return h.hexdigest()
 
@@ -305,12 +319,15 @@ class NeighbourAugmenter(Augmenter):
 
     name = "neighbour"
     Config = NeighbourOptions
-    needs_teacher = True
+    reads_teacher_vocab = True
 
     def __init__(
         self, neighbours: dict[str, list[str]], normalize: Callable[[str], str], p: float = 0.4
     ) -> None:
         self.neighbours, self.normalize, self.p = neighbours, normalize, p
+        # Each word's normal form, once: the normaliser costs ~3 µs a call, and each
+        # training word is read n_iter times (40 on SST-2: ~40 s uncached).
+        self.normal: dict[str, str] = {}
 
     @classmethod
     def from_config(
@@ -321,7 +338,7 @@ class NeighbourAugmenter(Augmenter):
         teacher: TeacherVocab | None = None,
     ) -> Augmenter:
         if teacher is None:
-            raise ValueError("neighbour needs a teacher with a WordPiece vocabulary")
+            raise ValueError("neighbour reads the teacher's vocabulary; pass teacher=")
         words = {w for text in sides_of(corpus) for w in words_of(text)}
         table = neighbour_table(teacher, words, options.pieces, options.k)
         return cls(table, teacher.normalize, options.p)
@@ -329,15 +346,20 @@ class NeighbourAugmenter(Augmenter):
     def words(self, words: list[str], rng: random.Random) -> list[str]:
         out = []
         for w in words:
-            near = self.neighbours.get(self.normalize(w))
+            if w not in self.normal:
+                self.normal[w] = self.normalize(w)
+            near = self.neighbours.get(self.normal[w])
             out.append(near[rng.randrange(len(near))] if near and rng.random() < self.p else w)
         return out
 
 
-# Neighbours are ranked on cosines rounded to this many decimals, ties by piece id: the
-# same table whatever order BLAS sums a dot product in (its thread count).
+# Neighbours are ranked on float64 cosines rounded to this many decimals, ties by piece
+# id: the order BLAS sums a dot product in (its thread count) moves a cosine by ~1e-16,
+# which changes a rounded value only within that of a rounding boundary.
 COSINE_DECIMALS = 6
-NEIGHBOUR_CHUNK = 1024  # words scored at a time: 1,024 × 10,000 float64 cosines = 82 MB
+# Cosines held at a time (float64): 8M = 64 MB, so 800 words against 10,000 candidates;
+# rounding and the self mask hold about as much again.
+NEIGHBOUR_CELLS = 8_000_000
 
 
 def neighbour_table(
@@ -363,12 +385,18 @@ def neighbour_table(
     cand = np.array(candidates)
     cand_unit = unit(candidates)
     out: dict[str, list[str]] = {}
-    for start in range(0, len(keys), NEIGHBOUR_CHUNK):
-        chunk = keys[start : start + NEIGHBOUR_CHUNK]
+    step = max(1, NEIGHBOUR_CELLS // len(candidates))
+    for start in range(0, len(keys), step):
+        chunk = keys[start : start + step]
         cos = np.round(unit(chunk) @ cand_unit.T, COSINE_DECIMALS)
         cos[cand[None, :] == np.array(chunk)[:, None]] = -np.inf  # not itself
         for row, key in zip(cos, chunk, strict=True):
-            order = np.lexsort((cand, -row))[:k]  # by cosine, then by id
+            # The k largest (and all tied with the k-th), then by cosine and id.
+            near = np.flatnonzero(row > -np.inf)
+            if len(near) > k:
+                kth = np.partition(row[near], len(near) - k)[len(near) - k]
+                near = near[row[near] >= kth]
+            order = near[np.lexsort((cand[near], -row[near]))][:k]
             out[teacher.tokens[key]] = [teacher.tokens[cand[j]] for j in order]
     return out
 
@@ -422,11 +450,12 @@ def text_key(cfg: AugmentConfig) -> str:
     return json.dumps(fields, sort_keys=True)
 
 
-def needs_teacher(cfg: AugmentConfig) -> bool:
-    """Whether a text augmenter of `cfg` reads the teacher (`Augmenter.needs_teacher`)."""
+def teacher_vocab_readers(cfg: AugmentConfig) -> list[str]:
+    """The text augmenters of `cfg` that read the teacher's vocabulary (`TeacherVocab`)."""
     from edgekd.registry import AUGMENTERS
 
-    return any(AUGMENTERS.get(m.name).needs_teacher for m in methods_of_stage(cfg.methods, "text"))
+    text = methods_of_stage(cfg.methods, "text")
+    return [m.name for m in text if AUGMENTERS.get(m.name).reads_teacher_vocab]
 
 
 def build_augmenter(
@@ -440,12 +469,13 @@ def build_augmenter(
 
     methods = methods_of_stage(cfg.methods, "text")
     if not methods:
-        raise ValueError("no text augmenter among the methods (mask, pos, ngram, tang)")
+        text = [n for n in AUGMENTERS.names() if AUGMENTERS.get(n).stage == "text"]
+        raise ValueError(f"no text augmenter among the methods ({', '.join(text)})")
     parts = []
     for m in methods:
         cls = AUGMENTERS.get(m.name)
         options = AUGMENTERS.options(m, f"augment.methods.{m.name}")
-        extra = {"teacher": teacher} if cls.needs_teacher else {}
+        extra = {"teacher": teacher} if cls.reads_teacher_vocab else {}
         parts.append(cls.from_config(options, corpus, mask_token, **extra))
     return parts[0] if len(parts) == 1 else ComposeAugmenter(parts)
 

@@ -106,12 +106,12 @@ def augmented_texts(
     The rows are an Arrow file in the cache, memory-mapped (`transfer.py`): they are
     generated once per (training texts, augmentation) and streamed to disk as they are
     made, so a large augmentation costs disk, not memory. `teacher` (the model) is read
-    only by an augmenter that `needs_teacher` (its input embeddings: `TeacherVocab`)."""
+    only by an augmenter that reads its vocabulary (`TeacherVocab`: `neighbour`)."""
     from edgekd.distill.augment import (
         TeacherVocab,
         build_augmenter,
         methods_of_stage,
-        needs_teacher,
+        teacher_vocab_readers,
         text_key,
         variants,
     )
@@ -124,14 +124,8 @@ def augmented_texts(
     resolved = cfg.augment.model_copy(update={"n_iter": per_text})
     h = hashlib.sha256(f"{TRANSFER_VERSION}\x00{text_key(resolved)}\x00{mask}".encode())
     vocab = None
-    if needs_teacher(cfg.augment):  # the variants are the teacher's too
+    if teacher_vocab_readers(cfg.augment):  # the variants are the teacher's too
         vocab = TeacherVocab.of(teacher, tokenizer)
-        if vocab is None:
-            names = [m.name for m in methods_of_stage(cfg.augment.methods, "text")]
-            raise EdgeKDError(
-                f"augment {'+'.join(names)} reads a WordPiece teacher's input embeddings, "
-                "and this teacher has none: choose other --augment methods"
-            )
         h.update(vocab.fingerprint().encode())
     hash_texts(h, train_texts)
     path = cache_root(cfg) / "transfer" / f"{h.hexdigest()[:32]}.arrow"

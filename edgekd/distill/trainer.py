@@ -715,6 +715,29 @@ def preflight(cfg: DistillConfig) -> None:
         )
 
 
+def check_teacher_vocabulary(cfg: DistillConfig, teacher_tokenizer: Any) -> None:
+    """Refuse, once the teacher's tokenizer is known and before any row is augmented or
+    labelled, what reads a WordPiece vocabulary it lacks: an augmenter that reads the
+    teacher's pieces (`neighbour`), or a student's `extra_pieces`."""
+    from edgekd.distill.augment import teacher_vocab_readers
+    from edgekd.students.tokenizer import is_wordpiece
+
+    if is_wordpiece(teacher_tokenizer):
+        return
+    readers = teacher_vocab_readers(cfg.augment)
+    if readers:
+        raise EdgeKDError(
+            f"--augment {','.join(readers)} draws words from a WordPiece teacher's "
+            "vocabulary, and this teacher's tokenizer is not WordPiece: choose other "
+            "--augment methods"
+        )
+    if cfg.student.options.get("extra_pieces"):
+        raise EdgeKDError(
+            "student option extra_pieces keeps a WordPiece teacher's pieces, and this "
+            "teacher's tokenizer is not WordPiece: set student.options.extra_pieces=0"
+        )
+
+
 def check_methods(cfg: DistillConfig, student_cls: Any) -> None:
     """Refuse combinations that cannot work, before any data is read: each listed
     training-time method's own `check`, then the intermediate loss's."""

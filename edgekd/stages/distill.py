@@ -51,6 +51,7 @@ from edgekd.distill.timebudget import (
 )
 from edgekd.distill.trainer import (
     build_extras,
+    check_teacher_vocabulary,
     main_choice,
     on_cpu_only,
     preflight,
@@ -148,6 +149,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     t = time.perf_counter()
     task = load_task(cfg.data)
     teacher, teacher_tok = load_teacher(cfg.teacher)
+    check_teacher_vocabulary(cfg, teacher_tok)  # before the rows are augmented or labelled
     if teacher_positions(cfg.teacher) is None:  # a hub teacher: its positions known now
         positions = positions_of(teacher.config.to_dict())
         try:

@@ -261,7 +261,7 @@ def test_neighbour_needs_a_teacher_vocabulary():
     from edgekd.config import AugmentConfig
     from edgekd.distill.augment import build_augmenter
 
-    with pytest.raises(ValueError, match="WordPiece"):
+    with pytest.raises(ValueError, match="reads the teacher's vocabulary"):
         build_augmenter(AugmentConfig(methods=["neighbour"]), ["a good plot"], "[MASK]")
 
 
@@ -275,15 +275,17 @@ def test_teacher_vocab_lines_up_pieces_with_input_embeddings(tiny_teacher):
     table = teacher.get_input_embeddings().weight.detach().numpy()
     assert (vocab.vectors == table[: len(vocab.tokens)]).all()
     assert vocab.normalize("GOOD") == "good"
-    assert TeacherVocab.of(None, tok) is None
 
 
-def test_neighbour_variants_are_keyed_by_the_teachers_embeddings(tiny_teacher, tmp_path):
+def test_neighbour_variants_are_keyed_by_the_teachers_embeddings(
+    tiny_teacher, tmp_path, monkeypatch
+):
     import shutil
 
     import torch
 
     from edgekd.config import DistillConfig
+    from edgekd.distill import augment
     from edgekd.distill.labeling import augmented_texts
     from edgekd.distill.teacher import load_teacher
 
@@ -293,15 +295,19 @@ def test_neighbour_variants_are_keyed_by_the_teachers_embeddings(tiny_teacher, t
     )
     train = ["a good movie", "a bad plot"]
     teacher, tok = load_teacher(str(tiny_teacher))
-    rows, _ = augmented_texts(cfg, train, tok, teacher)
-    assert len(rows) and not set(rows) & set(train)
-    assert list(augmented_texts(cfg, train, tok, teacher)[0]) == list(rows)  # the cache's
+    rows, sources = augmented_texts(cfg, train, tok, teacher)
+    for row, source in zip(rows, sources, strict=True):  # word for word, never the same
+        assert len(row.split()) == len(train[source].split()) and row != train[source]
+    # The same teacher again: the cached rows, not a second augmentation.
+    monkeypatch.setattr(augment, "build_augmenter", lambda *a, **k: pytest.fail("re-augmented"))
+    assert list(augmented_texts(cfg, train, tok, teacher)[0]) == list(rows)
     # Other embeddings are other neighbours: the cached rows are not reused for them.
     copy = tmp_path / "other"
     shutil.copytree(tiny_teacher, copy)
     other, _ = load_teacher(str(copy))
     with torch.no_grad():
         other.get_input_embeddings().weight.mul_(-1).add_(1.0)
+    monkeypatch.undo()
     again, _ = augmented_texts(cfg, train, tok, other)
     assert again.path != rows.path
 
@@ -319,3 +325,56 @@ def test_neighbour_refused_for_a_teacher_without_wordpiece():
     cfg = DistillConfig(teacher="t", augment={"methods": ["neighbour"], "n_iter": 2})
     with pytest.raises(EdgeKDError, match="choose other --augment methods"):
         augmented_texts(cfg, ["a good plot"], tok, object())
+
+
+def test_neighbour_table_never_returns_the_word_itself_when_k_reaches_every_candidate():
+    from edgekd.distill.augment import neighbour_table
+
+    tokens = ["[PAD]", "cat", "dog"]
+    table = neighbour_table(toy_vocab(tokens, [[0, 0], [1, 0], [0, 1]]), {"cat"}, 10, k=5)
+    assert table == {"cat": ["dog"]}
+    assert neighbour_table(toy_vocab(tokens, [[0, 0], [1, 0], [0, 1]]), {"cat"}, 1, k=5) == {
+        "cat": []
+    }
+
+
+def test_teacher_vocab_refused_when_ids_skip_a_row(tiny_teacher, tmp_path):
+    import json
+
+    from transformers import PreTrainedTokenizerFast
+
+    from edgekd.distill.augment import TeacherVocab
+    from edgekd.distill.teacher import load_teacher
+    from edgekd.errors import EdgeKDError
+
+    teacher, tok = load_teacher(str(tiny_teacher))
+    spec = json.loads(tok.backend_tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    last = max(vocab, key=vocab.__getitem__)
+    vocab[last] += 1  # one id past the table: the pieces and rows no longer line up
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    crafted = PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))
+    with pytest.raises(EdgeKDError, match=r"fix its tokenizer\.json"):
+        TeacherVocab.of(teacher, crafted)
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        ({"augment": {"methods": ["neighbour", "tang"]}}, "--augment neighbour draws words"),
+        ({"student": {"name": "bilstm", "options": {"extra_pieces": 10}}}, "extra_pieces=0"),
+    ],
+)
+def test_teacher_vocabulary_readers_refused_for_a_word_level_teacher(sets, message):
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from edgekd.config import DistillConfig
+    from edgekd.distill.trainer import check_teacher_vocabulary
+    from edgekd.errors import EdgeKDError
+
+    level = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    tok = PreTrainedTokenizerFast(tokenizer_object=level, pad_token="[PAD]", unk_token="[UNK]")
+    with pytest.raises(EdgeKDError, match=message):
+        check_teacher_vocabulary(DistillConfig(teacher="t", **sets), tok)
+    check_teacher_vocabulary(DistillConfig(teacher="t"), tok)  # the defaults read none
