@@ -313,7 +313,7 @@ class NeighbourAugmenter(Augmenter):
     GloVe and for a masked-LM head, which a fine-tuned classifier lacks.
 
     Tang's POS swap only draws words the training texts already hold; a small task's
-    test texts use many more (41% of CLINC150-10's hold a piece its 1,348 training
+    test texts use many more (41% of CLINC150-10's hold a piece its 1,500 training
     texts lack). A neighbour brings a new word into the transfer set in a real
     context, so the student trains a row for it, and the teacher labels the result."""
 
