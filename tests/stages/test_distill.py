@@ -194,8 +194,8 @@ def test_run_distill_rejects_unknown_augmenter_before_any_work(tiny_data, tmp_pa
 
     with pytest.raises(
         EdgeKDError,
-        match="unknown augmenter 'shuffle'; valid names: mask, mate, minimax, mixup, ngram, pos, "
-        "swap, tang",
+        match="unknown augmenter 'shuffle'; valid names: mask, mate, minimax, mixup, neighbour, "
+        "ngram, pos, swap, tang",
     ):
         augment = AugmentConfig(methods=["shuffle"])
         run_distill(cfg("no/teacher", tiny_data, augment=augment), tmp_path / "out")
