@@ -135,13 +135,20 @@ def teacher_logits(
         if sink is None:
             return model(**enc).logits
         out = model(**enc, output_hidden_states=True)
-        hidden = out.hidden_states[-1].float().numpy()
-        sink.record([texts[i] for i in idx], hidden, enc["input_ids"].numpy())
+        hidden = out.hidden_states[-1].float().cpu().numpy()
+        sink.record([texts[i] for i in idx], hidden, enc["input_ids"].cpu().numpy())
         return out.logits
 
     return forward_rows(
         fn, tokenizer, texts, model.config.num_labels, batch_size, max_length, description,
+        device=model_device(model),
     )  # fmt: skip
+
+
+def model_device(model: Any) -> Any:
+    """The device `model`'s weights live on: a teacher fine-tuned under accelerate sits
+    on the GPU when there is one, and its inputs must follow it there."""
+    return next(model.parameters()).device
 
 
 def forward_rows(
@@ -152,9 +159,11 @@ def forward_rows(
     batch_size: int = 64,
     max_length: int = 128,
     description: str = "teacher logits",
+    device: Any = None,
 ) -> np.ndarray:
     """`fn(batch, rows)` (rows × `width`) for every text, in the texts' order: batches of
-    similar lengths (`TOKENS_PER_ROW`), no gradients, with a progress bar."""
+    similar lengths (`TOKENS_PER_ROW`), no gradients, with a progress bar. Each batch is
+    moved to `device` (the model's) and its result brought back to host memory."""
     import torch
 
     from edgekd.students.tokenizer import ENCODE_CHUNK
@@ -179,7 +188,9 @@ def forward_rows(
                 padding=True,
                 return_tensors="pt",
             )
-            out[idx] = fn(enc, idx).float().numpy()
+            if device is not None:
+                enc = enc.to(device)
+            out[idx] = fn(enc, idx).float().cpu().numpy()
             bar.update(task, advance=len(idx))
     return out
 
@@ -312,7 +323,7 @@ def warm_start(
         with exact_softmax():
             x = forward_rows(
                 vectors, tokenizer, texts, head.in_features, max_length=max_length,
-                description="linear probe",
+                description="linear probe", device=model_device(model),
             )  # fmt: skip
     finally:
         model.train()

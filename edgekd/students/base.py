@@ -267,11 +267,16 @@ def predict_logits(
 ) -> np.ndarray:
     """Student logits for pre-tokenized rows, batched by similar length."""
     model.eval()
+    # The model's own device: a student trained under accelerate sits on the GPU when
+    # there is one, and its inputs follow it there.
+    device = next(model.parameters()).device
     out: np.ndarray | None = None
     with torch.inference_mode():
         for idx in length_sorted_batches([tok.length(x) for x in ids], batch_size):
-            enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in idx]).items()}
-            logits = model(**enc).float().numpy()
+            enc = {
+                k: torch.from_numpy(v).to(device) for k, v in tok.pad([ids[i] for i in idx]).items()
+            }
+            logits = model(**enc).float().cpu().numpy()
             if out is None:
                 out = np.zeros((len(ids), logits.shape[1]), dtype=np.float32)
             out[idx] = logits
