@@ -130,6 +130,7 @@ def teacher_logits(
     """Logits (N × C, float32) for `texts`, in their order, with a progress bar. With a
     `sink` (`edgekd.distill.states.StateSink`), each row's last-layer token states are
     recorded there from the same forward pass."""
+    from edgekd.students.base import model_device
 
     def fn(enc: Any, idx: list[int]) -> Any:
         if sink is None:
@@ -145,12 +146,6 @@ def teacher_logits(
     )  # fmt: skip
 
 
-def model_device(model: Any) -> Any:
-    """The device `model`'s weights live on: a teacher fine-tuned under accelerate sits
-    on the GPU when there is one, and its inputs must follow it there."""
-    return next(model.parameters()).device
-
-
 def forward_rows(
     fn: Callable[[Any, list[int]], Any],
     tokenizer: Any,
@@ -159,7 +154,8 @@ def forward_rows(
     batch_size: int = 64,
     max_length: int = 128,
     description: str = "teacher logits",
-    device: Any = None,
+    *,
+    device: Any,
 ) -> np.ndarray:
     """`fn(batch, rows)` (rows × `width`) for every text, in the texts' order: batches of
     similar lengths (`TOKENS_PER_ROW`), no gradients, with a progress bar. Each batch is
@@ -188,9 +184,7 @@ def forward_rows(
                 padding=True,
                 return_tensors="pt",
             )
-            if device is not None:
-                enc = enc.to(device)
-            out[idx] = fn(enc, idx).float().cpu().numpy()
+            out[idx] = fn(enc.to(device), idx).float().cpu().numpy()
             bar.update(task, advance=len(idx))
     return out
 
@@ -302,6 +296,7 @@ def warm_start(
 
     import torch
 
+    from edgekd.students.base import model_device
     from edgekd.threads import exact_softmax
 
     head = head_linear(model)

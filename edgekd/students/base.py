@@ -262,14 +262,18 @@ def teacher_output_rows(
     return rows
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device `model`'s weights live on: a model trained under accelerate sits on the
+    GPU when there is one, and the inputs of every pass that reads it must follow it."""
+    return next(model.parameters()).device
+
+
 def predict_logits(
     model: torch.nn.Module, tok: StudentTokenizer, ids: list[Any], batch_size: int = 256
 ) -> np.ndarray:
     """Student logits for pre-tokenized rows, batched by similar length."""
     model.eval()
-    # The model's own device: a student trained under accelerate sits on the GPU when
-    # there is one, and its inputs follow it there.
-    device = next(model.parameters()).device
+    device = model_device(model)
     out: np.ndarray | None = None
     with torch.inference_mode():
         for idx in length_sorted_batches([tok.length(x) for x in ids], batch_size):
