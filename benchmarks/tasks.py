@@ -114,6 +114,7 @@ def frozen_probe(train: Any, test: Any, metric: str) -> dict[str, Any]:
     from edgekd.config import DEFAULT_BASE
     from edgekd.distill.pooled import mean_pool
     from edgekd.distill.teacher import forward_rows, resolve_base
+    from edgekd.students.base import model_device
 
     start = time.perf_counter()
     base = resolve_base(DEFAULT_BASE)
@@ -123,7 +124,10 @@ def frozen_probe(train: Any, test: Any, metric: str) -> dict[str, Any]:
         def pooled(enc: Any, _rows: list[int]) -> torch.Tensor:
             return mean_pool(model(**enc).last_hidden_state, enc["attention_mask"])
 
-        return forward_rows(pooled, tok, texts, model.config.hidden_size, max_length=128)
+        return forward_rows(
+            pooled, tok, texts, model.config.hidden_size, max_length=128,
+            device=model_device(model),
+        )  # fmt: skip
 
     fit = LogisticRegression(max_iter=1000).fit(vectors(train.texts), train.labels)
     predicted = fit.predict(vectors(test.texts))
