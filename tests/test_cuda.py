@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import SMALL_BILSTM
 from edgekd.config import DataConfig, DistillConfig, TeacherConfig
 
 pytestmark = pytest.mark.skipif(
@@ -40,7 +41,7 @@ def test_teacher_logits_follow_a_model_on_the_gpu(tiny_teacher):
 def test_distill_trains_and_scores_a_student_on_the_gpu(tiny_teacher, tiny_data, tmp_path, student):
     from edgekd.stages.distill import distill
 
-    options = {"bilstm": {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16},
+    options = {"bilstm": SMALL_BILSTM,
                "bert": {"layers": 1}}[student]  # fmt: skip
     cfg = DistillConfig(
         teacher=str(tiny_teacher), data=DataConfig(spec=str(tiny_data)), epochs=2,

@@ -47,7 +47,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import FILLER, NEGATIVE, POSITIVE, make_rows
+from conftest import FILLER, NEGATIVE, POSITIVE, SMALL_BILSTM, make_rows
 from edgekd.cli import app
 
 runner = CliRunner()
@@ -277,14 +277,13 @@ def world(tmp_path_factory, tiny_teacher, tiny_data, pair_data) -> World:
     distill_tiny_bilstm(w / "teacher", w / "data", w / "student")
     run_export(ExportConfig(guard=False), w / "student", w / "export")
     make_bundle(w / "export", w / "bundle")
-    small = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
     cfg = DistillConfig(
         teacher=str(w / "teacher"),
         data=DataConfig(spec=str(w / "pairs"), text_pair_column="sentence2"),
         epochs=1,
         augment={"methods": []},  # no augmentation: a pair model in a second
         time_budget=None,
-        student={"name": "bilstm", "options": small},
+        student={"name": "bilstm", "options": SMALL_BILSTM},
     )
     run_distill(cfg, w / "pair-student")
     run_export(ExportConfig(guard=False), w / "pair-student", w / "pair-export")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import SMALL_BILSTM
 from edgekd.errors import EdgeKDError
 from edgekd.recipe import content_hash, load_recipe, run_recipe
 
@@ -18,8 +19,7 @@ def write_recipe(tmp_path: Path, teacher_dir: Path, data: Path, budget: dict, **
         "out": str(tmp_path / "run"),
         "data": {"spec": str(data)},
         "teacher": {"path": str(teacher_dir)},
-        "distill": {"epochs": 1, "student": {"name": "bilstm", "options": {
-            "embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}}},
+        "distill": {"epochs": 1, "student": {"name": "bilstm", "options": SMALL_BILSTM}},
         "variants": {"small": {}, "tiny": {"student": {"options": {"hidden_size": 4}}}},
         "export": {"guard": False},
         "profile": {"runs": 6, "trials": 2, "warmup": 1, "seq_len": 8},

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import SMALL_BILSTM
 from edgekd.config import AugmentConfig, DistillConfig
 from edgekd.distill.active import logit_gaps, scout_order, train_scout, uncertain_order
 from edgekd.students.base import predict_logits
 
-SMALL = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
 WORDS = ["good", "bad", "film", "the", "great", "awful", "plot", "fine"]
 
 
@@ -53,7 +53,7 @@ def prepared(tiny_teacher):
     texts, labels = rows(80, 0)
     candidates, _ = rows(60, 1)
     torch.manual_seed(0)
-    student, tok = BiLSTMStudent.prepare(SMALL, texts + candidates, 2, teacher, ttok)
+    student, tok = BiLSTMStudent.prepare(SMALL_BILSTM, texts + candidates, 2, teacher, ttok)
     return student, tok, texts, labels, candidates
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import SMALL_BILSTM
 from edgekd.config import DataConfig, TeacherConfig
 from edgekd.distill.pooled import ARCHITECTURE, POOLING_KEY, base_pooling, mean_pool
 
@@ -121,7 +122,7 @@ def test_distill_learns_from_a_mean_pooled_teacher(pooled_teacher, tiny_data, tm
     from edgekd.config import DistillConfig
     from edgekd.stages.distill import distill
 
-    options = {"bilstm": {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16},
+    options = {"bilstm": SMALL_BILSTM,
                "bert": {"layers": 1}}[student]  # fmt: skip
     cfg = DistillConfig(
         teacher=str(pooled_teacher), data=DataConfig(spec=str(tiny_data)), epochs=1,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_rows, write_tsv
+from conftest import SMALL_BILSTM, make_rows, write_tsv
 
 
 def distill_argv(
@@ -108,10 +108,9 @@ def test_a_changed_config_does_not_resume_and_names_the_field(
     from edgekd.stages import distill as stage
     from edgekd.stages.distill import distill as run_distill
 
-    options = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
     cfg = DistillConfig(
         teacher=str(tiny_teacher), data=DataConfig(spec=str(tiny_data)), epochs=2,
-        student={"name": "bilstm", "options": options},
+        student={"name": "bilstm", "options": SMALL_BILSTM},
     )  # fmt: skip
     # Keep the checkpoint of a first run (a finished run removes what edgekd owns).
     monkeypatch.setattr(stage, "discard_checkpoint", lambda out: None)

@@ -1,5 +1,6 @@
 import pytest
 
+from conftest import SMALL_BILSTM
 from edgekd.data import Split, TaskData, align_labels
 from edgekd.errors import EdgeKDError
 
@@ -163,10 +164,9 @@ def test_distill_labels_at_the_teachers_trained_length(tiny_teacher, tiny_data, 
     from edgekd.stages.distill import distill
 
     teacher = _edgekd_teacher(tiny_teacher, tmp_path, {"dev_accuracy": 0.9, "max_length": 24})
-    options = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
     cfg = DistillConfig(
         teacher=teacher, data=DataConfig(spec=str(tiny_data)), epochs=1,
-        student={"name": "bilstm", "options": options}, augment={"methods": []},
+        student={"name": "bilstm", "options": SMALL_BILSTM}, augment={"methods": []},
     )  # fmt: skip
     distill(cfg, tmp_path / "s")
     resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())

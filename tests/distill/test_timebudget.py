@@ -8,12 +8,11 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
+from conftest import SMALL_BILSTM
 from edgekd.config import AugmentConfig, DataConfig, DistillConfig
 from edgekd.distill import labeling
 from edgekd.distill.labeling import AugmentedPlan, Meter, augmented_chunks, label_chunks
 from edgekd.distill.timebudget import Clock, augmented_room, make_plan, plan_epochs
-
-SMALL = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
 
 
 class FixedClock(Clock):
@@ -125,7 +124,7 @@ def _run(tiny_teacher, tiny_data, **kw):
         "data": DataConfig(spec=str(tiny_data)),
         "epochs": 3,
         "batch_size": 16,
-        "student": {"name": "bilstm", "options": SMALL},
+        "student": {"name": "bilstm", "options": SMALL_BILSTM},
         "augment": aug,
     }
     return DistillConfig(**{**base, **kw})
@@ -530,8 +529,7 @@ def test_probe_steps_a_token_state_map_only_when_token_states_are_on(tiny_teache
 
     teacher, ttok = load_teacher(str(tiny_teacher))
     texts = ["good film", "bad plot here", "the film", "a great one"] * 20
-    options = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
-    student, tok = BiLSTMStudent.prepare(options, texts, 2, teacher, ttok)
+    student, tok = BiLSTMStudent.prepare(SMALL_BILSTM, texts, 2, teacher, ttok)
     calls: list[bool] = []
     forward = BiLSTMStudent.forward
 

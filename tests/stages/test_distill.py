@@ -5,12 +5,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from conftest import SMALL_BILSTM
 from edgekd.artifacts import StudentMeta
 from edgekd.config import DataConfig, DistillConfig
 from edgekd.errors import EdgeKDError
 from edgekd.stages.distill import distill as run_distill
-
-SMALL = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
 
 
 def cfg(teacher, data, **kw):
@@ -18,7 +17,7 @@ def cfg(teacher, data, **kw):
     kw = {
         "epochs": 2,
         "batch_size": 16,
-        "student": {"name": "bilstm", "options": SMALL},
+        "student": {"name": "bilstm", "options": SMALL_BILSTM},
         "augment": {"methods": []},
         **kw,
     }
@@ -544,7 +543,7 @@ def distill_command(teacher: Path, data: Path, out: Path, *extra: str) -> list[s
     distill = ["-m", "edgekd", "distill", "--student", "bilstm", "--teacher", str(teacher)]
     distill += ["--data", str(data), "--out", str(out), "--epochs", "2", *extra]
     for key, value in {
-        **{f"student.options.{k}": v for k, v in SMALL.items()},
+        **{f"student.options.{k}": v for k, v in SMALL_BILSTM.items()},
         "batch_size": 16,
     }.items():
         distill += ["-s", f"{key}={value}"]
