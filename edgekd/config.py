@@ -247,19 +247,32 @@ AUTO_MIN_VARIANTS = 40  # 2 × Tang et al.'s 20
 # at 20, SST-2 labelled all of its 115k candidates within 10 minutes and a 30-minute
 # budget bought epochs 11-37 over the same rows, with no gain (0.8704 at both).
 DEFAULT_BUDGET_MINUTES = 13.0
+# `augment.methods: auto`: Tang et al.'s rules, and on a small task TinyBERT's neighbour
+# words ahead of them. A small task is one that `n_iter: auto` gives more than its 40
+# variants per text: fewer than 300,000 / 40 = 7,500 training texts. Its test texts hold
+# words its training texts lack (7.8% of CLINC150-10's dev pieces, 2.3% of SST-2's), and
+# a neighbour brings such words into the transfer set in a real context. Measured per
+# task, 3 seeds, 13 minutes (benchmarks/results/levers.md): CLINC150 at 10 rows per
+# class +3.7 points, at 25 rows per class +2.0 (0.9200 → 0.9397, every seed up); SST-2
+# (67k texts) -0.46 points, which this rule leaves at tang. Neighbour reads the
+# teacher's WordPiece vocabulary: another teacher's small task gets tang alone.
+SMALL_TASK_TEXTS = AUTO_VARIANT_ROWS // AUTO_MIN_VARIANTS
 
 
 class AugmentConfig(StrictModel):
-    methods: list[Component] = Field(
-        # Tang et al.'s rules by default: on SST-2 the int8 BiLSTM's best epoch rose from
-        # 0.866 to 0.877 (which epoch ships depends on the selection split: 0.844-0.862
-        # in one default run), and on a held-out 3-class task retention from 95.6% to 99.6%.
+    methods: list[Component] | Literal["auto"] = Field(
+        # Tang et al.'s rules by default (auto: alone on a task of 7,500 texts or more): on
+        # SST-2 the int8 BiLSTM's best epoch rose from 0.866 to 0.877 (which epoch ships
+        # depends on the selection split: 0.844-0.862 in one default run), and on a
+        # held-out 3-class task retention from 95.6% to 99.6%.
         # Not swap+tang with 40 variants under the budget: 3 seeds scored 0.8739 each
         # (benchmarks/results/distill_swap_tang_n40.md) against this default's 0.8750.
-        default_factory=lambda: [Component(name="tang")],
+        "auto",
         description="Augmenters in order, each a name or {name, options}: text augmenters "
-        "(mask, pos, ngram; tang = all three; swap), `minimax` (select among their variants) and "
-        "`mixup` (MixKD). Options are each augmenter's own (`edgekd distill --help`).",
+        "(mask, pos, ngram; tang = all three; swap; neighbour), `minimax` (select among their "
+        "variants) and `mixup` (MixKD). Options are each augmenter's own (`edgekd distill "
+        f"--help`). auto: tang, and neighbour,tang on a small task (under {SMALL_TASK_TEXTS:,} "
+        "training texts) with a WordPiece teacher; the resolved config lists what ran.",
     )
     n_iter: int | Literal["auto"] = Field(
         "auto",
@@ -297,6 +310,30 @@ class AugmentConfig(StrictModel):
             raise ValueError("n_iter must be at least 1, or auto")
         return value
 
+    @property
+    def listed(self) -> list[Component]:
+        """The methods as listed; for `auto`, the part it holds on every task (tang).
+        What a check before the data is read may rely on."""
+        return [Component(name="tang")] if self.methods == "auto" else self.methods
+
+    def methods_for(self, n_texts: int, wordpiece: bool) -> list[Component]:
+        """`methods`, or what auto means for `n_texts` training texts and a teacher whose
+        tokenizer is (`wordpiece`) or is not WordPiece."""
+        if self.methods != "auto":
+            return self.methods
+        small = n_texts < SMALL_TASK_TEXTS and wordpiece
+        return [Component(name=n) for n in (["neighbour", "tang"] if small else ["tang"])]
+
+    def resolved(self, n_texts: int, minutes: float | None, wordpiece: bool) -> AugmentConfig:
+        """This config with every auto made a value for the task (`n_texts` training
+        texts, a budget of `minutes`, a WordPiece teacher or not): what a run records."""
+        return self.model_copy(
+            update={
+                "n_iter": self.variants_per_text(n_texts, minutes),
+                "methods": self.methods_for(n_texts, wordpiece),
+            }
+        )
+
     def variants_per_text(self, n_texts: int, minutes: float | None = None) -> int:
         """`n_iter`, or what auto means for `n_texts` training texts under a budget of
         `minutes` (None: no budget, sized as the default's): at 30 minutes, 2.31× the
@@ -309,7 +346,9 @@ class AugmentConfig(StrictModel):
 
     @field_validator("methods")
     @classmethod
-    def _each_once(cls, value: list[Component]) -> list[Component]:
+    def _each_once(cls, value: list[Component] | str) -> list[Component] | str:
+        if isinstance(value, str):
+            return value
         names = [m.name for m in value]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
@@ -565,7 +604,7 @@ class DistillConfig(StrictModel):
             for key, value in wants.items():
                 if key in fields:
                     self.student.options.setdefault(key, value)
-        for method in self.augment.methods:
+        for method in self.augment.listed:
             AUGMENTERS.options(method, f"augment.methods.{method.name}")
         return self
 
@@ -1231,6 +1270,12 @@ def apply_sets(
                 continue
             default, section, component = _section_default(cls, part)
             child = node.setdefault(part, default)
+            if child == "auto" and not component:
+                named = parents[i + 1] if i + 1 < len(parents) else "tang"
+                raise EdgeKDError(
+                    f"{flag} {dotted}: {here} is auto (chosen from the data) and lists no "
+                    f"{named!r} yet; add {named} to {(spell or {}).get(here, here)} first"
+                )
             if component and isinstance(child, str):  # a bare name: `student: bilstm`
                 child = node[part] = {"name": child}
             cls = section
@@ -1259,7 +1304,9 @@ def _section_default(model: type[BaseModel] | None, name: str) -> tuple[Any, Any
     if isinstance(default, Component):
         return {"name": default.name}, None, True
     if isinstance(default, list) and default and isinstance(default[0], Component):
-        return [c.model_dump() for c in default], None, True  # augment.methods: [tang]
+        return [c.model_dump() for c in default], None, True
+    if default == "auto":  # augment.methods: chosen from the data, no entries yet
+        return default, None, False
     if isinstance(default, BaseModel):
         return {}, type(default), False
     return {}, None, component

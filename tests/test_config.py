@@ -300,6 +300,39 @@ def test_set_variants_per_text_ignore_the_budget():
     assert AugmentConfig(n_iter=7).variants_per_text(67_349, 60.0) == 7
 
 
+@pytest.mark.parametrize(
+    ("texts", "wordpiece", "expected"),
+    [
+        (1_350, True, ["neighbour", "tang"]),  # CLINC150 at 10 rows per class
+        (7_499, True, ["neighbour", "tang"]),  # 300,000 / 40 = 7,500: the first not small
+        (7_500, True, ["tang"]),
+        (61_000, True, ["tang"]),  # SST-2
+        (1_350, False, ["tang"]),  # neighbour reads a WordPiece teacher's vocabulary
+        (0, True, ["neighbour", "tang"]),
+    ],
+)
+def test_auto_methods_add_neighbour_only_on_a_small_task_with_a_wordpiece_teacher(
+    texts, wordpiece, expected
+):
+    assert [m.name for m in AugmentConfig().methods_for(texts, wordpiece)] == expected
+
+
+def test_listed_methods_are_kept_on_every_task_and_auto_lists_tang_before_the_data():
+    listed = AugmentConfig(methods=[{"name": "tang", "options": {"p_mask": 0.2}}])
+    assert listed.methods_for(100, True) == listed.methods  # options and all
+    assert AugmentConfig(methods=[]).methods_for(100, True) == []
+    # Before the data is read, checks see the part auto holds on every task.
+    assert [m.name for m in AugmentConfig().listed] == ["tang"]
+    assert AugmentConfig.model_validate({"methods": "auto"}).methods == "auto"
+
+
+def test_resolved_augment_states_methods_and_variants_as_values():
+    resolved = AugmentConfig().resolved(3_000, None, wordpiece=True)
+    assert resolved.n_iter == 100 and [m.name for m in resolved.methods] == ["neighbour", "tang"]
+    # What a run records reruns as itself: nothing auto is left to resolve again.
+    assert resolved.resolved(61_000, 60.0, wordpiece=False) == resolved
+
+
 def test_set_variants_per_text_are_kept_and_below_one_refused():
     assert AugmentConfig(n_iter=7).variants_per_text(10) == 7
     assert AugmentConfig.model_validate({"n_iter": "auto"}).n_iter == "auto"

@@ -196,6 +196,15 @@ def test_set_options_reach_the_student_a_typed_option_names(monkeypatch):
     assert (cfg.student.name, cfg.student.options) == ("bert", {"layers": 2})
 
 
+def test_augment_option_spells_auto_none_and_a_list(monkeypatch):
+    assert distilled(monkeypatch, "").augment.methods == "auto"  # the default
+    file = "augment: {methods: [tang]}\n"
+    assert distilled(monkeypatch, file, "--augment", "auto").augment.methods == "auto"
+    assert distilled(monkeypatch, "", "--augment", "none").augment.methods == []
+    names = distilled(monkeypatch, "", "--augment", "neighbour,tang").augment.methods
+    assert [m.name for m in names] == ["neighbour", "tang"]
+
+
 def test_typed_student_wins_over_set_when_both_name_one(monkeypatch):
     # Before `edgekd.resolve`, -s beat --student (components were set before -s).
     cfg = distilled(monkeypatch, "", "-s", "student=cnn", "--student", "bilstm")
@@ -312,7 +321,13 @@ def test_resolve_set_reaches_a_component_set_names_later_on_the_line():
     assert data["distill"]["student"] == {"name": "cnn", "options": {"hidden_size": 8}}
 
 
-def test_resolve_set_names_a_listed_component_when_the_file_lists_none():
-    # A missing list of components starts from its default: augment.methods is [tang].
-    data = layered(DistillConfig, {}, ["augment.methods.tang.options.p_mask=0.2"])
+def test_resolve_set_refuses_a_component_option_when_the_methods_are_auto():
+    # augment.methods is auto by default: its entries are chosen from the data, so an
+    # option of one has nowhere to go until the list is given.
+    refusal = r"augment\.methods is auto .* lists no 'tang' yet; add tang to augment\.methods"
+    with pytest.raises(EdgeKDError, match=refusal):
+        layered(DistillConfig, {}, ["augment.methods.tang.options.p_mask=0.2"])
+    data = layered(
+        DistillConfig, {}, ["augment.methods=[tang]", "augment.methods.tang.options.p_mask=0.2"]
+    )
     assert data["augment"]["methods"] == [{"name": "tang", "options": {"p_mask": 0.2}}]

@@ -23,12 +23,15 @@ from edgekd.cli.options import (
     TEXT_COL,
     TRAIN_SPLIT,
 )
-from edgekd.config import AugmentConfig, DistillConfig, Ensemble, TeacherRuntime
+from edgekd.config import SMALL_TASK_TEXTS, AugmentConfig, DistillConfig, Ensemble, TeacherRuntime
 from edgekd.resolve import resolve
 
 
-def augmenters(value: str) -> list[str]:
-    """`--augment mask,tang` as the list it names (`none`: no augmentation)."""
+def augmenters(value: str) -> list[str] | str:
+    """`--augment mask,tang` as the list it names (`none`: no augmentation; `auto`: the
+    default's choice from the data)."""
+    if value.strip() == "auto":
+        return "auto"
     return [m.strip() for m in value.split(",") if m.strip() not in ("", "none")]
 
 
@@ -122,7 +125,9 @@ def distill(
         help="Comma-separated: mask, pos, ngram, tang (all three), swap (a span from another "
         "text), neighbour (words near in the teacher's embeddings), minimax (pick the most "
         "divergent variants each epoch), mixup (MixKD), mate (MATE-KD: a masked LM rewrites "
-        "text against the student; --generator); none: no augmentation. Their options: "
+        "text against the student; --generator); none: no augmentation; auto: tang, and "
+        f"neighbour,tang on a small task (under {SMALL_TASK_TEXTS:,} training texts). Their "
+        "options: "
         "-s augment.methods.NAME.options.FIELD=VALUE.",
         show_default=default_name(AugmentConfig, "methods"),
     ),

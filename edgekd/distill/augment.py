@@ -446,7 +446,7 @@ def text_key(cfg: AugmentConfig) -> str:
     without one. Not `order`: it orders the same candidates (a reordered prefix's
     chunks have keys of their own, each hashing its rows)."""
     fields = cfg.model_dump(exclude={"methods", "max_rows", "order"})
-    fields["methods"] = [m.model_dump() for m in methods_of_stage(cfg.methods, "text")]
+    fields["methods"] = [m.model_dump() for m in methods_of_stage(cfg.listed, "text")]
     return json.dumps(fields, sort_keys=True)
 
 
@@ -454,7 +454,7 @@ def teacher_vocab_readers(cfg: AugmentConfig) -> list[str]:
     """The text augmenters of `cfg` that read the teacher's vocabulary (`TeacherVocab`)."""
     from edgekd.registry import AUGMENTERS
 
-    text = methods_of_stage(cfg.methods, "text")
+    text = methods_of_stage(cfg.listed, "text")
     return [m.name for m in text if AUGMENTERS.get(m.name).reads_teacher_vocab]
 
 
@@ -467,7 +467,7 @@ def build_augmenter(
     """The config's text augmenters, by registered name, composed in the order given."""
     from edgekd.registry import AUGMENTERS
 
-    methods = methods_of_stage(cfg.methods, "text")
+    methods = methods_of_stage(cfg.listed, "text")
     if not methods:
         text = [n for n in AUGMENTERS.names() if AUGMENTERS.get(n).stage == "text"]
         raise ValueError(f"no text augmenter among the methods ({', '.join(text)})")

@@ -115,23 +115,26 @@ def augmented_texts(
         text_key,
         variants,
     )
+    from edgekd.students.tokenizer import is_wordpiece
 
-    if not methods_of_stage(cfg.augment.methods, "text"):
+    # Keyed by the augmentation resolved: `n_iter: auto` means more under a larger
+    # budget, and `methods: auto` more methods on a small task (as `distill` records).
+    wordpiece = teacher is not None and is_wordpiece(tokenizer)
+    resolved = cfg.augment.resolved(len(train_texts), cfg.time_budget, wordpiece)
+    per_text = int(resolved.n_iter)
+    if not methods_of_stage(resolved.listed, "text"):
         return TextColumn.empty(), np.zeros(0, np.int32)
     mask = getattr(tokenizer, "mask_token", None) or "[MASK]"
-    # Keyed by the variants per text, resolved: `auto` means more under a larger budget.
-    per_text = cfg.augment.variants_per_text(len(train_texts), cfg.time_budget)
-    resolved = cfg.augment.model_copy(update={"n_iter": per_text})
     h = hashlib.sha256(f"{TRANSFER_VERSION}\x00{text_key(resolved)}\x00{mask}".encode())
     vocab = None
-    if teacher_vocab_readers(cfg.augment):  # the variants are the teacher's too
+    if teacher_vocab_readers(resolved):  # the variants are the teacher's too
         vocab = TeacherVocab.of(teacher, tokenizer)
         h.update(vocab.fingerprint().encode())
     hash_texts(h, train_texts)
     path = cache_root(cfg) / "transfer" / f"{h.hexdigest()[:32]}.arrow"
     rows = TextColumn.read(path)  # None: not there yet, or damaged (it is only a cache)
     if rows is None:
-        augmenter = build_augmenter(cfg.augment, train_texts, mask, vocab)
+        augmenter = build_augmenter(resolved, train_texts, mask, vocab)
         # A phrase dataset already holds the parts of its sentences (n-gram variants, in
         # effect): varying the parts again adds little, varying the sentences adds new rows.
         if cfg.augment.sources == "maximal":
@@ -167,7 +170,7 @@ def augmented_texts(
             made.unlink(missing_ok=True)
         rows = TextColumn(path)
     console.print(
-        f"augmentation {'+'.join(m.name for m in cfg.augment.methods)}: {len(rows):,} new rows"
+        f"augmentation {'+'.join(m.name for m in resolved.listed)}: {len(rows):,} new rows"
     )
     return rows, rows.sources
 

@@ -240,7 +240,7 @@ def listed_methods(cfg: DistillConfig) -> list[tuple[type[TrainingMethod], Any]]
     from edgekd.registry import AUGMENTERS
 
     found = []
-    for component in cfg.augment.methods:
+    for component in cfg.augment.listed:
         cls = AUGMENTERS.get(component.name)
         if cls.stage == "text":
             continue

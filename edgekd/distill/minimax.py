@@ -51,7 +51,7 @@ class MinimaxSelector(TrainingMethod):
     def check(cls, cfg: DistillConfig, student_cls: Any, options: MinimaxOptions) -> None:
         from edgekd.distill.augment import methods_of_stage
 
-        if not methods_of_stage(cfg.augment.methods, "text"):
+        if not methods_of_stage(cfg.augment.listed, "text"):
             raise EdgeKDError(
                 "minimax selects among augmented variants; add a text augmenter, "
                 "e.g. --augment tang,minimax"

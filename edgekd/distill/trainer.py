@@ -708,7 +708,7 @@ def preflight(cfg: DistillConfig) -> None:
 
     build_loss(cfg)  # the loss's epochs and schedules
     check_methods(cfg, STUDENTS.get(cfg.student.name))
-    if cfg.augment.order != "seeded" and not methods_of_stage(cfg.augment.methods, "text"):
+    if cfg.augment.order != "seeded" and not methods_of_stage(cfg.augment.listed, "text"):
         raise EdgeKDError(
             f"augment.order {cfg.augment.order!r} orders augmented variants, and no text "
             "augmenter makes any; add one (e.g. --augment tang) or drop augment.order"

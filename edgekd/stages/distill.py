@@ -19,6 +19,8 @@ import torch
 
 from edgekd.artifacts import CONFIG, DistillMetrics, TaskShape
 from edgekd.config import (
+    SMALL_TASK_TEXTS,
+    AugmentConfig,
     DistillConfig,
     load_yaml,
     positions_of,
@@ -64,6 +66,7 @@ from edgekd.io import atomic_dir, check_not_input, check_output, config_inputs
 from edgekd.progress import console, shown
 from edgekd.registry import STUDENTS
 from edgekd.students.base import predict_logits, save_student
+from edgekd.students.tokenizer import is_wordpiece
 from edgekd.yardstick import tfidf_baseline
 
 
@@ -120,6 +123,21 @@ def takd_resolved(cfg: DistillConfig, student: Path, assistant: Path) -> Distill
     return validate(DistillConfig, top, "resolved TAKD config")
 
 
+def describe_auto_methods(resolved: AugmentConfig, n_texts: int, wordpiece: bool) -> str:
+    """One line on what `augment.methods: auto` chose for this task, and why."""
+    names = ", ".join(m.name for m in resolved.listed)
+    if n_texts >= SMALL_TASK_TEXTS:
+        return f"augment: {names} (auto: {n_texts:,} training texts, not a small task)"
+    if not wordpiece:
+        return (
+            f"augment: {names} (auto: a small task, {n_texts:,} training texts; neighbour "
+            "left out, as it reads a WordPiece teacher's vocabulary and this one's is not)"
+        )
+    return f"augment: {names} (auto: a small task, {n_texts:,} training texts < " + (
+        f"{SMALL_TASK_TEXTS:,})"
+    )
+
+
 def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -> DistillMetrics:
     """Distil `cfg.teacher` into a student folder at `out_dir`; return its metrics.
     `overwrite`: write beside files in `out_dir` that edgekd did not write (kept)."""
@@ -161,11 +179,15 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     task = align_labels(task, teacher_label_names(teacher.config))
     # The rows that choose the epoch: held out of training, so dev chooses nothing.
     train, select, overlap = carve_selection(task.train, cfg.selection_rows, cfg.seed)
-    # Variants per text from the rows there are (`n_iter: auto`), recorded as a number.
+    # Variants per text (`n_iter: auto`) and methods (`methods: auto`) from the rows there
+    # are and the teacher's vocabulary, recorded as what ran.
     shape = TaskShape.of(train.labels, task.num_labels, len(select), cfg.augment, cfg.time_budget)
-    augment = cfg.augment.model_copy(update={"n_iter": shape.variants_per_text})
-    cfg = cfg.model_copy(update={"augment": augment})
+    wordpiece = is_wordpiece(teacher_tok)
+    augment = cfg.augment.resolved(len(train), cfg.time_budget, wordpiece)
     console.print(f"data: {shape.describe()}")
+    if cfg.augment.methods == "auto":
+        console.print(describe_auto_methods(augment, len(train), wordpiece))
+    cfg = cfg.model_copy(update={"augment": augment})
     seconds["load"] = time.perf_counter() - t
 
     from accelerate import PartialState

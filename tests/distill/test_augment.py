@@ -327,6 +327,23 @@ def test_neighbour_refused_for_a_teacher_without_wordpiece():
         augmented_texts(cfg, ["a good plot"], tok, object())
 
 
+def test_auto_methods_leave_neighbour_out_for_a_teacher_without_wordpiece():
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from edgekd.config import DistillConfig
+    from edgekd.distill.labeling import augmented_texts
+
+    level = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    tok = PreTrainedTokenizerFast(tokenizer_object=level, pad_token="[PAD]", unk_token="[UNK]")
+    # A small task, where auto would add neighbour: it cannot read this teacher, so the
+    # run gets Tang's rules alone instead of a refusal. (`object()`: never read.)
+    cfg = DistillConfig(teacher="t", augment={"n_iter": 3})
+    rows, _ = augmented_texts(cfg, ["a good plot here", "a bad film"], tok, object())
+    tang = DistillConfig(teacher="t", augment={"methods": ["tang"], "n_iter": 3})
+    assert list(rows) == list(augmented_texts(tang, ["a good plot here", "a bad film"], tok)[0])
+
+
 def test_neighbour_table_never_returns_the_word_itself_when_k_reaches_every_candidate():
     from edgekd.distill.augment import neighbour_table
 

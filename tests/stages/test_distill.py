@@ -139,6 +139,23 @@ def test_run_distill_adds_teacher_labelled_augmented_rows(tiny_teacher, tiny_dat
     assert again["n_augmented"] == m["n_augmented"] and again["cache_hits"]["augmented"] is True
 
 
+def test_run_distill_auto_methods_add_neighbour_on_a_small_task_and_record_them(
+    tiny_teacher, tiny_data, tmp_path, capsys
+):
+    import yaml
+
+    # The default augmentation (methods: auto) on a task of a few hundred texts and a
+    # WordPiece teacher: neighbour words ahead of Tang's rules, stated as what ran.
+    first = run_distill(cfg(tiny_teacher, tiny_data, augment={"n_iter": 2}), tmp_path / "a")
+    resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert [m["name"] for m in resolved["augment"]["methods"]] == ["neighbour", "tang"]
+    assert "augment: neighbour, tang (auto: a small task" in capsys.readouterr().err
+    # The resolved config reruns the same augmentation: its rows, from the cache.
+    again = run_distill(DistillConfig.model_validate(resolved), tmp_path / "b")
+    assert again["n_augmented"] == first["n_augmented"] > 0
+    assert again["cache_hits"]["augmented"] is True
+
+
 def test_run_distill_augments_sentence_pairs_side_by_side(tiny_teacher, pair_data, tmp_path):
     # Pairs go to disk as two text columns and come back as (a, b) tuples: the teacher
     # reads them joined, the siamese student side by side.
