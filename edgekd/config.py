@@ -324,6 +324,20 @@ class AugmentConfig(StrictModel):
         small = n_texts < SMALL_TASK_TEXTS and wordpiece
         return [Component(name=n) for n in (["neighbour", "tang"] if small else ["tang"])]
 
+    def describe_auto(self, n_texts: int, wordpiece: bool) -> str:
+        """One line on what `methods: auto` means for this task, and why."""
+        names = ", ".join(m.name for m in self.methods_for(n_texts, wordpiece))
+        if n_texts >= SMALL_TASK_TEXTS:
+            why = f"{n_texts:,} training texts, not a small task"
+        elif not wordpiece:
+            why = (
+                f"a small task, {n_texts:,} training texts; neighbour left out, as it reads "
+                "a WordPiece teacher's vocabulary and this one's is not"
+            )
+        else:
+            why = f"a small task, {n_texts:,} training texts < {SMALL_TASK_TEXTS:,}"
+        return f"augment: {names} (auto: {why})"
+
     def resolved(self, n_texts: int, minutes: float | None, wordpiece: bool) -> AugmentConfig:
         """This config with every auto made a value for the task (`n_texts` training
         texts, a budget of `minutes`, a WordPiece teacher or not): what a run records."""

@@ -326,6 +326,19 @@ def test_listed_methods_are_kept_on_every_task_and_auto_lists_tang_before_the_da
     assert AugmentConfig.model_validate({"methods": "auto"}).methods == "auto"
 
 
+def test_auto_methods_line_names_the_choice_and_why():
+    auto = AugmentConfig()
+    assert auto.describe_auto(3_366, True) == (
+        "augment: neighbour, tang (auto: a small task, 3,366 training texts < 7,500)"
+    )
+    assert auto.describe_auto(61_000, True) == (
+        "augment: tang (auto: 61,000 training texts, not a small task)"
+    )
+    assert auto.describe_auto(1_350, False).startswith(
+        "augment: tang (auto: a small task, 1,350 training texts; neighbour left out"
+    )
+
+
 def test_resolved_augment_states_methods_and_variants_as_values():
     resolved = AugmentConfig().resolved(3_000, None, wordpiece=True)
     assert resolved.n_iter == 100 and [m.name for m in resolved.methods] == ["neighbour", "tang"]

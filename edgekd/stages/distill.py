@@ -19,8 +19,6 @@ import torch
 
 from edgekd.artifacts import CONFIG, DistillMetrics, TaskShape
 from edgekd.config import (
-    SMALL_TASK_TEXTS,
-    AugmentConfig,
     DistillConfig,
     load_yaml,
     positions_of,
@@ -123,21 +121,6 @@ def takd_resolved(cfg: DistillConfig, student: Path, assistant: Path) -> Distill
     return validate(DistillConfig, top, "resolved TAKD config")
 
 
-def describe_auto_methods(resolved: AugmentConfig, n_texts: int, wordpiece: bool) -> str:
-    """One line on what `augment.methods: auto` chose for this task, and why."""
-    names = ", ".join(m.name for m in resolved.listed)
-    if n_texts >= SMALL_TASK_TEXTS:
-        return f"augment: {names} (auto: {n_texts:,} training texts, not a small task)"
-    if not wordpiece:
-        return (
-            f"augment: {names} (auto: a small task, {n_texts:,} training texts; neighbour "
-            "left out, as it reads a WordPiece teacher's vocabulary and this one's is not)"
-        )
-    return f"augment: {names} (auto: a small task, {n_texts:,} training texts < " + (
-        f"{SMALL_TASK_TEXTS:,})"
-    )
-
-
 def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -> DistillMetrics:
     """Distil `cfg.teacher` into a student folder at `out_dir`; return its metrics.
     `overwrite`: write beside files in `out_dir` that edgekd did not write (kept)."""
@@ -186,7 +169,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     augment = cfg.augment.resolved(len(train), cfg.time_budget, wordpiece)
     console.print(f"data: {shape.describe()}")
     if cfg.augment.methods == "auto":
-        console.print(describe_auto_methods(augment, len(train), wordpiece))
+        console.print(cfg.augment.describe_auto(len(train), wordpiece))
     cfg = cfg.model_copy(update={"augment": augment})
     seconds["load"] = time.perf_counter() - t
 
