@@ -67,7 +67,11 @@ def one_run(task: str, arm: str, sets: list[str], seed: int, teacher: Path, data
     folder.mkdir(parents=True)
     cache = Path(tempfile.mkdtemp(prefix="edgekd-cold-"))
     env = {**os.environ, "EDGEKD_CACHE": str(cache)}
-    quick = ["--time-budget", "0.5", "--max-train", str(smoke.ROWS)] if smoke.SMOKE else []
+    quick = (
+        ["--time-budget", str(smoke.BUDGET_MIN), "--max-train", str(smoke.ROWS)]
+        if smoke.SMOKE
+        else []
+    )
     student, export = folder / "student", folder / "export"
     try:
         minutes = edgekd(
@@ -125,7 +129,7 @@ def teacher_and_data(task: str) -> tuple[Path, Path]:
     teacher = work / "teacher"
     data = tasks.task_data(task, work)
     if not (teacher / "metrics.json").is_file():
-        budget = str(smoke.pick(15.0, 0.5))
+        budget = str(smoke.pick(15.0, smoke.BUDGET_MIN))
         rows = ["--max-train", str(smoke.ROWS)] if smoke.SMOKE else []
         edgekd(["teacher", "--data", str(data), "--out", str(teacher), "--time-budget", budget,
                 *rows], dict(os.environ), work / "teacher.log")  # fmt: skip

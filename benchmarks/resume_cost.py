@@ -41,6 +41,7 @@ def argv(args: argparse.Namespace, out: Path) -> list[str]:
         "--teacher", str(args.shared / "models" / "sst2-minilm-teacher"),
         "--data", str(args.shared / "data" / "sst2"), "--max-train", str(args.rows),
         "--epochs", str(args.epochs), "--patience", "99", "--seed", "0", "--out", str(out),
+        *smoke.distill_args(),
     ]  # fmt: skip
 
 

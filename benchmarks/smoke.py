@@ -32,6 +32,12 @@ REPEATS = 1  # repeats, rounds, seeds: a median, a spread and a CI all take one
 TRIALS = 2  # trials per timing: the fewest that alternate A B, B A and pair a ratio
 RUNS = 20  # timed calls per timing: 10 per trial of 2
 WINDOW_S = 0.2  # seconds per throughput window: a few optimiser steps of a tiny model
+# Minutes for a stage given a time budget (--time-budget): a tiny teacher or student
+# trains several epochs in 12 s, and a budget is filled, so each minute here costs one.
+BUDGET_MIN = 0.2
+# Augmented rows a distill keeps (--max-augmented): 20 steps at batch 50. A small task
+# draws up to 200 variants per text, so the sandbox's 54 texts alone give ~7,000.
+AUGMENTED = 1_000
 
 NOTE = (
     f"> **Smoke run** (`{VAR}`): a wiring check on the smallest work, not a result; "
@@ -52,6 +58,12 @@ def pick(full: Any, smoke: Any) -> Any:
 def rows(full: int | None) -> int | None:
     """Training rows to read (None: all), at most `ROWS` under smoke."""
     return (ROWS if full is None else min(full, ROWS)) if SMOKE else full
+
+
+def distill_args() -> list[str]:
+    """Options a script adds to its `edgekd distill` commands: under smoke, the transfer
+    set cut to `AUGMENTED` rows (every augmenter the run resolves still runs)."""
+    return ["--max-augmented", str(AUGMENTED)] if SMOKE else []
 
 
 def runs_dir(folder: Path) -> Path:

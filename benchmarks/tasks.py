@@ -165,13 +165,13 @@ def run_task(name: str, work: Path, teacher_budget: float) -> dict[str, Any]:
     edgekd = [sys.executable, "-m", "edgekd"]
     rows = ["--max-train", str(max_train)] if max_train else []
     teacher, student, export = work / "teacher", work / "student", work / "export"
-    budget = str(smoke.pick(teacher_budget, 0.5))
+    budget = str(smoke.pick(teacher_budget, smoke.BUDGET_MIN))
     out["teacher"] = measure(
         [*edgekd, "teacher", "--data", str(data), "--out", str(teacher), "--time-budget", budget,
          "--overwrite", *rows],
         work / "teacher.log",
     )  # fmt: skip
-    quick = ["--time-budget", "0.5"] if smoke.SMOKE else []
+    quick = ["--time-budget", str(smoke.BUDGET_MIN)] if smoke.SMOKE else []
     out["distill"] = measure(
         [*edgekd, "distill", "--student", "bilstm", "--teacher", str(teacher), "--data",
          str(data), "--out", str(student), "--overwrite", *rows, *quick],

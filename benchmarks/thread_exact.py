@@ -44,7 +44,7 @@ def distill(args: argparse.Namespace, out: Path, env: dict[str, str], pinned: bo
         "--teacher", str(args.shared / "models" / "sst2-minilm-teacher"),
         "--data", str(args.shared / "data" / "sst2"), "--max-train", str(args.rows),
         "--epochs", str(args.epochs), "--patience", "99", "--seed", "0",
-        "-s", "time_budget=null", "--out", str(out), "--overwrite",
+        "-s", "time_budget=null", "--out", str(out), "--overwrite", *smoke.distill_args(),
     ]  # fmt: skip
     done = subprocess.run(
         cmd, env=env, capture_output=True, text=True, preexec_fn=one_core if pinned else None
