@@ -291,7 +291,7 @@ def test_cli_mixup_on_pairs_with_a_siamese_student_is_refused(tmp_path, pair_dat
 def test_cli_assistant_layers_runs_takd_in_one_command(tmp_path, tiny_data, tiny_teacher):
     r = invoke(
         "distill", "--teacher", tiny_teacher, "--out", tmp_path / "s", "--data", tiny_data,
-        "--epochs", 1, "--assistant-layers", 1,
+        "--epochs", 1, "--assistant-layers", 1, "--n-iter", 4,  # two models train: few rows
         "-s", "student.options.embedding_dim=16", "-s", "student.options.hidden_size=8",
     )  # fmt: skip
     assert r.exit_code == 0, r.output
@@ -303,7 +303,7 @@ def test_cli_assistant_layers_runs_takd_in_one_command(tmp_path, tiny_data, tiny
 def test_cli_trim_reports_vocabulary_and_accuracy_change(tmp_path, tiny_data, tiny_teacher):
     r = invoke(
         "distill", "--teacher", tiny_teacher, "--data", tiny_data, "--out", tmp_path / "s",
-        "--epochs", 1,
+        "--epochs", 1, "--n-iter", 4,  # trim is the subject: a student of few rows will do
         "-s", "student.options.embedding_dim=16", "-s", "student.options.hidden_size=8",
     )  # fmt: skip
     assert r.exit_code == 0, r.output
@@ -499,6 +499,7 @@ def test_options_left_at_their_default_do_not_override_the_config_file(
     config.write_text(
         f"teacher: {tiny_teacher}\ndata: {{spec: {tiny_data}}}\nepochs: 1\nbatch_size: 16\n"
         "student: {name: bilstm, options: {embedding_dim: 16, hidden_size: 8, mlp_size: 16}}\n"
+        "augment: {n_iter: 4}\n"
     )
     r = invoke("distill", "--config", config, "--out", tmp_path / "s", "--seed", 3)
     assert r.exit_code == 0, r.output
@@ -506,6 +507,7 @@ def test_options_left_at_their_default_do_not_override_the_config_file(
     # --epochs (default 10) was not typed: the file's 1 stands; --seed was typed: 3 wins.
     assert (resolved["epochs"], resolved["batch_size"], resolved["seed"]) == (1, 16, 3)
     assert resolved["data"]["seed"] == 3
+    assert resolved["augment"]["n_iter"] == 4  # --n-iter (default auto) was not typed
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ block runs in tests/test_api.py).
 
 A sandbox stands in for a user's checkout: `work/` is the folder commands run from
 (examples/ and the benchmark scripts copied in, so nothing lands in the repository),
-`../shared` beside it holds a GLUE-style SST-2 slice of 120 synthetic rows and a tiny
+`../shared` beside it holds a GLUE-style SST-2 slice of 100 synthetic rows and a tiny
 random 6-layer BERT under the reference teacher's path, and `.venv/bin/activate` puts this
 interpreter's environment on PATH. Each command is handed to bash exactly as printed,
 so a renamed option, a moved file or a stale path fails here instead of for a user.
@@ -153,10 +153,10 @@ def example_commands(path: Path) -> list[str]:
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     root = tmp_path_factory.mktemp("user")
     work, shared, home, bin_ = (root / n for n in ("work", "shared", "home", "bin"))
-    # 60 training rows: a small task, so the default transfer set draws 200 variants per
-    # text (neighbour, tang): ~7,000 distinct rows, and a 10-epoch example trains in ~25 s
-    # on 2 cores. At 180 rows it held ~21,000 and the examples took 3x as long.
-    write_tsv(shared / "data" / "sst2" / "train.tsv", make_rows(60, seed=11))
+    # 40 training rows: a small task, so the default transfer set draws 200 variants per
+    # text (neighbour, tang): ~4,500 distinct rows, and a 10-epoch example trains in ~15 s
+    # on 2 cores. At 180 rows it held ~21,000 and the examples took 5x as long.
+    write_tsv(shared / "data" / "sst2" / "train.tsv", make_rows(40, seed=11))
     write_tsv(shared / "data" / "sst2" / "dev.tsv", make_rows(60, seed=12))
     # Six layers, as the reference teacher has: the examples distil 3-layer BERTs from it.
     build_tiny_bert(shared / "models" / "sst2-minilm-teacher", layers=6)

@@ -95,7 +95,7 @@ def test_recipe_with_variants_plan_distils_the_top_candidate(tiny_teacher, tiny_
         "out": str(tmp_path / "run"),
         "data": {"spec": str(tiny_data)},
         "teacher": {"path": str(tiny_teacher)},
-        "distill": {"epochs": 1},
+        "distill": {"epochs": 1, "augment": {"n_iter": 4}},  # few rows: the plan is the subject
         "variants": "plan",
         "plan": {"grid": [LARGE, SMALL], "top": 1, "runs": 6, "trials": 2},
         "export": {"guard": False},
