@@ -19,7 +19,7 @@ def write_recipe(tmp_path: Path, teacher_dir: Path, data: Path, budget: dict, **
         "out": str(tmp_path / "run"),
         "data": {"spec": str(data)},
         "teacher": {"path": str(teacher_dir)},
-        # 4 variants per text: 640 candidates per distill, not auto's 32,000 (200 per
+        # 4 variants per text: ~560 candidates per distill, not auto's ~28,000 (200 per
         # text on a task this small); the recipe's stages are the subject, not the rows.
         "distill": {
             "epochs": 1,

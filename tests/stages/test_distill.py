@@ -562,8 +562,8 @@ def distill_command(teacher: Path, data: Path, out: Path, *extra: str) -> list[s
     for key, value in {
         **{f"student.options.{k}": v for k, v in SMALL_BILSTM.items()},
         "batch_size": 16,
-        # 4 variants per text: 640 candidates, not auto's 200 per text (32,000, ~21,000
-        # distinct), which two processes would train in lock-step at batch 16.
+        # 4 variants per text: ~560 candidates, not auto's 200 per text (~28,000 for the
+        # ~140 training texts), which two processes would train in lock-step at batch 16.
         "augment.n_iter": 4,
     }.items():
         distill += ["-s", f"{key}={value}"]
