@@ -19,6 +19,10 @@ NEGATIVE = ["bad", "awful", "poor", "hate", "dull", "boring"]
 # A BiLSTM student small enough to train in a second: 16-d embeddings, 8 units a
 # direction, a 16-unit MLP. Tests that only need *a* student use this one.
 SMALL_BILSTM = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
+# Augmented variants per text for a test whose subject is not the transfer set. Tiny
+# data is a small task: auto draws 200 per text with neighbour (~28,000 candidates from
+# tiny_data's ~140 training texts, ~10 s a distill); 4 give ~560.
+FEW_VARIANTS = 4
 
 FILLER = ["the", "movie", "plot", "was", "a", "and", "film", "actors", "really", "very"]
 
@@ -173,8 +177,8 @@ def build_other_vocab(folder: Path) -> Path:
 
 
 def distill_tiny_bilstm(teacher: Path, data: Path, out: Path, epochs: int = 1) -> Path:
-    """A small BiLSTM student (16-d embeddings, 8 units) distilled from `teacher`, on 4
-    augmented variants per text (auto's 200 on a task this small take ~10 s more)."""
+    """A small BiLSTM student (16-d embeddings, 8 units) distilled from `teacher`, on
+    `FEW_VARIANTS` augmented variants per text."""
     from edgekd.config import DataConfig, DistillConfig
     from edgekd.stages.distill import distill as run_distill
 
@@ -183,7 +187,7 @@ def distill_tiny_bilstm(teacher: Path, data: Path, out: Path, epochs: int = 1) -
         data=DataConfig(spec=str(data)),
         epochs=epochs,
         student={"name": "bilstm", "options": SMALL_BILSTM},
-        augment={"n_iter": 4},
+        augment={"n_iter": FEW_VARIANTS},
     )
     run_distill(cfg, out)
     return out

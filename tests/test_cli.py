@@ -9,6 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from conftest import FEW_VARIANTS
 from edgekd.cli import app
 
 runner = CliRunner()
@@ -291,7 +292,7 @@ def test_cli_mixup_on_pairs_with_a_siamese_student_is_refused(tmp_path, pair_dat
 def test_cli_assistant_layers_runs_takd_in_one_command(tmp_path, tiny_data, tiny_teacher):
     r = invoke(
         "distill", "--teacher", tiny_teacher, "--out", tmp_path / "s", "--data", tiny_data,
-        "--epochs", 1, "--assistant-layers", 1, "--n-iter", 4,  # two models train: few rows
+        "--epochs", 1, "--assistant-layers", 1, "--n-iter", FEW_VARIANTS,  # two models train
         "-s", "student.options.embedding_dim=16", "-s", "student.options.hidden_size=8",
     )  # fmt: skip
     assert r.exit_code == 0, r.output
@@ -303,7 +304,7 @@ def test_cli_assistant_layers_runs_takd_in_one_command(tmp_path, tiny_data, tiny
 def test_cli_trim_reports_vocabulary_and_accuracy_change(tmp_path, tiny_data, tiny_teacher):
     r = invoke(
         "distill", "--teacher", tiny_teacher, "--data", tiny_data, "--out", tmp_path / "s",
-        "--epochs", 1, "--n-iter", 4,  # trim is the subject: a student of few rows will do
+        "--epochs", 1, "--n-iter", FEW_VARIANTS,  # trim is the subject
         "-s", "student.options.embedding_dim=16", "-s", "student.options.hidden_size=8",
     )  # fmt: skip
     assert r.exit_code == 0, r.output

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import SMALL_BILSTM
+from conftest import FEW_VARIANTS, SMALL_BILSTM
 from edgekd.errors import EdgeKDError
 from edgekd.recipe import content_hash, load_recipe, run_recipe
 
@@ -19,11 +19,9 @@ def write_recipe(tmp_path: Path, teacher_dir: Path, data: Path, budget: dict, **
         "out": str(tmp_path / "run"),
         "data": {"spec": str(data)},
         "teacher": {"path": str(teacher_dir)},
-        # 4 variants per text: ~560 candidates per distill, not auto's ~28,000 (200 per
-        # text on a task this small); the recipe's stages are the subject, not the rows.
-        "distill": {
+        "distill": {  # the recipe's stages are the subject, not the rows
             "epochs": 1,
-            "augment": {"n_iter": 4},
+            "augment": {"n_iter": FEW_VARIANTS},
             "student": {"name": "bilstm", "options": SMALL_BILSTM},
         },
         "variants": {"small": {}, "tiny": {"student": {"options": {"hidden_size": 4}}}},

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SMALL_BILSTM, make_rows, write_tsv
+from conftest import FEW_VARIANTS, SMALL_BILSTM, make_rows, write_tsv
 
 
 def distill_argv(
@@ -114,7 +114,7 @@ def test_a_changed_config_does_not_resume_and_names_the_field(
     cfg = DistillConfig(
         teacher=str(tiny_teacher), data=DataConfig(spec=str(tiny_data)), epochs=2,
         student={"name": "bilstm", "options": SMALL_BILSTM},
-        augment={"n_iter": 4},  # ~560 candidates, not auto's ~28,000: three runs train here
+        augment={"n_iter": FEW_VARIANTS},  # three runs train here: few rows
     )  # fmt: skip
     # Keep the checkpoint of a first run (a finished run removes what edgekd owns).
     monkeypatch.setattr(stage, "discard_checkpoint", lambda out: None)

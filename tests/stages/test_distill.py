@@ -5,7 +5,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import SMALL_BILSTM
+from conftest import FEW_VARIANTS, SMALL_BILSTM
 from edgekd.artifacts import StudentMeta
 from edgekd.config import DataConfig, DistillConfig
 from edgekd.errors import EdgeKDError
@@ -562,9 +562,8 @@ def distill_command(teacher: Path, data: Path, out: Path, *extra: str) -> list[s
     for key, value in {
         **{f"student.options.{k}": v for k, v in SMALL_BILSTM.items()},
         "batch_size": 16,
-        # 4 variants per text: ~560 candidates, not auto's 200 per text (~28,000 for the
-        # ~140 training texts), which two processes would train in lock-step at batch 16.
-        "augment.n_iter": 4,
+        # Not auto's ~28,000 candidates: two processes train them in lock-step at batch 16.
+        "augment.n_iter": FEW_VARIANTS,
     }.items():
         distill += ["-s", f"{key}={value}"]
     return distill

@@ -6,6 +6,7 @@ import json
 import pytest
 import yaml
 
+from conftest import FEW_VARIANTS
 from edgekd.artifacts import PlanResult
 from edgekd.budget import Budget
 from edgekd.config import DEFAULT_GRID, DataConfig, ExportConfig, PlanConfig
@@ -95,7 +96,7 @@ def test_recipe_with_variants_plan_distils_the_top_candidate(tiny_teacher, tiny_
         "out": str(tmp_path / "run"),
         "data": {"spec": str(tiny_data)},
         "teacher": {"path": str(tiny_teacher)},
-        "distill": {"epochs": 1, "augment": {"n_iter": 4}},  # few rows: the plan is the subject
+        "distill": {"epochs": 1, "augment": {"n_iter": FEW_VARIANTS}},  # the plan is the subject
         "variants": "plan",
         "plan": {"grid": [LARGE, SMALL], "top": 1, "runs": 6, "trials": 2},
         "export": {"guard": False},
