@@ -374,6 +374,9 @@ def train_student(
                 governor.step(len(batch["input_ids"]))
                 total, count = total + loss.item(), count + 1
                 bar.update(job, advance=1, rate=f"epoch {epoch} loss {total / count:.4f}")
+            # The steps' own seconds, scoring left out: the pace a time budget's probe
+            # predicted (`time_plan.train_rows_per_s` against transfer_rows ÷ this).
+            train_s = time.perf_counter() - epoch_start
             # The epoch's own weights, and those it is scored by and kept as if it is the
             # best: the same, or the epochs' average (each epoch's own then recorded too).
             own = averaged.module if averaged is not None else accelerator.unwrap_model(model)
@@ -402,6 +405,7 @@ def train_student(
                     "temperature": loss_fn.temperature,
                     "ce_weight": loss_fn.ce_weight,
                     "transfer_rows": len(slots),
+                    "train_seconds": round(train_s, 3),
                 }
             )
             # One line per epoch: progress bars do not render in CI logs or under nohup.

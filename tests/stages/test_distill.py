@@ -41,6 +41,9 @@ def test_run_distill_writes_student_folder_with_metrics(tiny_teacher, tiny_data,
     assert m["n_selection"] == 16
     assert m["n_train"] + m["n_selection"] + m["n_overlap_dropped"] == 160
     assert set(m["seconds"]) >= {"teacher_logits", "train", "tfidf"}
+    # Each epoch's own steps, timed apart from its scoring: what a budget's probe is
+    # measured against (benchmarks/probe_honesty.py).
+    assert all(0 < h["train_seconds"] < m["seconds"]["train"] for h in m["history"])
     # The yardstick: TF-IDF + LR on the same training rows, scored on the same dev rows.
     assert m["tfidf"]["n_train"] == m["n_train"] and m["tfidf"]["n_dev"] == 40
     assert 0 <= m["tfidf"]["accuracy"] <= 1
