@@ -32,7 +32,7 @@ import ctypes
 import functools
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -276,6 +276,11 @@ def thread_counts(cores: int | None = None) -> list[int]:
     return counts if len(counts) == 1 or strict_blas() else counts[:1]
 
 
+# Windows per run of the slower thread count: it is re-timed once in this many, so a
+# load that comes or goes is seen within ~20 s (10 windows of 2 s).
+PROBE_EVERY = 10
+
+
 class ThreadGovernor:
     """Chooses PyTorch's intra-op thread count while a loop runs, from measured speed.
 
@@ -292,7 +297,7 @@ class ThreadGovernor:
     """
 
     def __init__(
-        self, cores: int | None = None, seconds: float = 2.0, probe_every: int = 10
+        self, cores: int | None = None, seconds: float = 2.0, probe_every: int = PROBE_EVERY
     ) -> None:
         import torch
 
@@ -312,6 +317,17 @@ class ThreadGovernor:
         self.windows, self.rows = 0, 0
         self.start: float | None = None
         torch.set_num_threads(self.current)
+
+    @staticmethod
+    def pace(speeds: Sequence[float], probe_every: int = PROBE_EVERY) -> float:
+        """Rows/s the governor trains at in the long run where its counts run at
+        `speeds`: the fastest in all windows but one of every `probe_every`, the other
+        count in that one. Windows are equal seconds, so the speeds average by time: 2
+        threads at 1,500 rows/s and 1 at 1,000 give (9 × 1,500 + 1,000) / 10 = 1,450."""
+        fast = max(speeds)
+        if len(speeds) < 2:
+            return fast
+        return ((probe_every - 1) * fast + min(speeds)) / probe_every
 
     def step(self, rows: int) -> None:
         """After each step of `rows` rows; at a window's end, pick the next count."""

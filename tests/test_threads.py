@@ -53,6 +53,24 @@ def test_governor_keeps_all_cores_when_they_are_faster(monkeypatch):
     assert 0.05 < used.count(1) / len(used) < 0.15
 
 
+def test_governor_pace_is_the_rate_the_governor_trains_at(monkeypatch):
+    # What the time budget plans with (`probe_train_rate`): the governor's long-run rate
+    # from each count's speed. By hand: (9 × 2,000 + 1,300) / 10 = 1,930 rows/s.
+    assert ThreadGovernor.pace([2000.0, 1300.0], probe_every=10) == 1930.0
+    assert ThreadGovernor.pace([1700.0]) == 1700.0  # one count: nothing re-timed
+    clock = Clock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    gov = ThreadGovernor(cores=2, seconds=1.0, probe_every=10)
+    speed, rows = {2: 2000.0, 1: 1300.0}, 0
+    gov.step(50)
+    for _ in range(40_000):  # ~1,000 s: ~1,000 windows, the first two's start negligible
+        clock.now += 50 / speed[gov.current]
+        rows += 50
+        gov.step(50)
+    assert abs(rows / clock.now - 1930.0) < 0.005 * 1930.0
+
+
 def test_governor_on_one_core_never_switches(monkeypatch):
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
     gov = ThreadGovernor(cores=1, seconds=0.0)

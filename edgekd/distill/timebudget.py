@@ -74,11 +74,12 @@ def probe_train_rate(
     probe's random draws (dropout) leave no trace on the run's generators.
 
     Each thread count the training loop's `ThreadGovernor` may run is timed for its
-    share of `seconds`, and the fastest is the rate: the loop runs at that count. One
-    probe at all cores read 32 rows/s beside a busy neighbour (every parallel region
-    waiting on a parked thread) where the epochs, on 1 thread, then ran at ~1,700:
-    the plan labelled 16k of 91k rows and trained 1 epoch of its 13 minutes."""
-    from edgekd.threads import thread_counts
+    share of `seconds`, and the rate is the governor's pace at those speeds
+    (`ThreadGovernor.pace`: the fastest count, but for the one window in ten it re-times
+    the other). One probe at all cores read 32 rows/s beside a busy neighbour (every
+    parallel region waiting on a parked thread) where the epochs, on 1 thread, then ran
+    at ~1,700: the plan labelled 16k of 91k rows and trained 1 epoch of its 13 minutes."""
+    from edgekd.threads import ThreadGovernor, thread_counts
 
     counts = thread_counts()
     before = torch.get_num_threads()
@@ -90,7 +91,7 @@ def probe_train_rate(
                 rates.append(_probe(cfg, model, tok, texts, num_labels, seconds / len(counts)))
     finally:
         torch.set_num_threads(before)
-    return max(rates)
+    return ThreadGovernor.pace(rates)
 
 
 def _probe(
@@ -101,9 +102,24 @@ def _probe(
     num_labels: int,
     seconds: float,
 ) -> float:
-    from edgekd.distill.trainer import weight_average
+    """Rows per second of real training steps on a copy of `model`: the run's loss
+    (`build_loss`), its exact softmax and layer norms, and its update
+    (`trainer.optimiser_step`: the clip, Adam, the weight average). Teacher logits are
+    zeros and every row is augmented (no gold label): a step's cost depends on neither."""
+    from accelerate import Accelerator
+
+    from edgekd.distill.losses import NO_LABEL
+    from edgekd.distill.trainer import (
+        build_loss,
+        make_optimiser,
+        on_cpu_only,
+        optimiser_step,
+        weight_average,
+    )
+    from edgekd.threads import exact_layer_norms, exact_softmax
 
     probe = copy.deepcopy(model).train()
+    exact_layer_norms(probe)
     params = list(probe.parameters())
     # With `token_states`, each real step also maps the student's token states onto the
     # teacher's k components (`TokenStateLoss`): SST-2's epochs took 9% longer with it.
@@ -112,7 +128,12 @@ def _probe(
         width = cast(Any, model).token_width(model.config)  # a TableStudent's
         head = torch.nn.Linear(width, cfg.token_states)
         params += list(head.parameters())
-    optim = torch.optim.Adam(params, lr=1e-3, fused=True)  # as the real loop's
+    loss_fn = build_loss(cfg)
+    # Not prepared: the probe's steps are this process's alone, and backward and the
+    # clip are the loop's own (`clip_gradients` reads the accelerator's device).
+    accelerator = Accelerator(cpu=on_cpu_only())
+    lr = cfg.lr or model.default_lr
+    optim = make_optimiser(params, lr, cfg.weight_decay)
     # Each real step also updates the weight average: so does a probe step (it costs
     # ~3.6% of a BiLSTM step, measured side by side).
     averaged = weight_average(probe, cfg.ema, 1000)
@@ -125,18 +146,17 @@ def _probe(
     for n, batch in enumerate(batches):
         t = time.perf_counter()
         enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in batch]).items()}
-        if head is None:
-            logits = probe(**enc)
-            loss = logits.new_zeros(())
-        else:
-            logits, hidden = probe(**enc, return_hidden=True)
-            loss = head(hidden[-1]).pow(2).mean()
-        loss = loss + ((logits - torch.zeros(len(batch), num_labels)) ** 2).mean()
-        loss.backward()
-        optim.step()
-        optim.zero_grad()
-        if averaged is not None:
-            averaged.update_parameters(probe)
+        targets = torch.zeros(len(batch), num_labels)
+        gold = torch.full((len(batch),), NO_LABEL)
+        with exact_softmax():
+            if head is None:
+                logits = probe(**enc)
+                loss = loss_fn(logits, targets, gold)
+            else:
+                logits, hidden = probe(**enc, return_hidden=True)
+                loss = loss_fn(logits, targets, gold) + head(hidden[-1]).pow(2).mean()
+        optimiser_step(accelerator, loss, optim, params, cfg.grad_clip, lr, averaged, probe)
+        loss.item()  # the loop's running loss: a sync point on an accelerator
         took = time.perf_counter() - t
         every_rows, every_spent = every_rows + len(batch), every_spent + took
         if n >= 2:  # the first steps allocate: not the steady rate

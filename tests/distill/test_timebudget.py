@@ -485,10 +485,11 @@ def test_run_distill_resumed_after_its_last_epoch_trains_none_when_a_plateau_end
     assert all((a[k] == b[k]).all() for k in a) and whole.epochs_run == 2
 
 
-def test_probe_train_rate_is_the_fastest_thread_count_the_loop_may_run(monkeypatch):
+def test_probe_train_rate_is_the_governors_pace_at_each_thread_count(monkeypatch):
     # Beside a busy neighbour all cores crawl (every parallel region waits on a parked
-    # thread) while 1 thread keeps its pace; the loop's governor then trains on 1, so
-    # the plan must read 1's rate, not all cores' (32 rows/s once planned 1 epoch).
+    # thread) while 1 thread keeps its pace; the loop's governor then trains on 1 and
+    # re-times all cores one window in ten, so the plan must read that pace, not all
+    # cores' (32 rows/s once planned 1 epoch): (9 × 1,700 + 32) / 10 = 1,533.2.
     import torch
 
     from edgekd import threads
@@ -504,7 +505,7 @@ def test_probe_train_rate_is_the_fastest_thread_count_the_loop_may_run(monkeypat
     monkeypatch.setattr(threads, "thread_counts", lambda cores=None: [2, 1])
     monkeypatch.setattr(timebudget, "_probe", rate_at_current_threads)
     before = torch.get_num_threads()
-    assert timebudget.probe_train_rate(None, None, None, [], 2, seconds=3.0) == 1700.0
+    assert timebudget.probe_train_rate(None, None, None, [], 2, seconds=3.0) == 1533.2
     assert seen == [(2, 1.5), (1, 1.5)]  # each count its share of the probe's seconds
     assert torch.get_num_threads() == before  # the run's own count is given back
 
@@ -545,3 +546,43 @@ def test_probe_steps_a_token_state_map_only_when_token_states_are_on(tiny_teache
     plain = with_states.model_copy(update={"token_states": 0})
     assert timebudget._probe(plain, student, tok, texts, 2, 0.01) > 0
     assert calls and not any(calls)
+
+
+def test_probe_steps_make_the_loops_update_with_the_runs_loss(tiny_teacher, monkeypatch):
+    # A probe that left out the clip and the real loss read 10-55% faster than the epochs
+    # then ran. Its steps now go through the loop's own update (`optimiser_step`: the
+    # clip, Adam, the weight average) with the configured loss, on a copy of the student.
+    import torch
+
+    from edgekd.config import DistillConfig
+    from edgekd.distill import timebudget, trainer
+    from edgekd.distill.losses import HintonKDLoss
+    from edgekd.distill.teacher import load_teacher
+    from edgekd.students.bilstm import BiLSTMStudent
+
+    teacher, ttok = load_teacher(str(tiny_teacher))
+    texts = ["good film", "bad plot here", "the film", "a great one"] * 20
+    student, tok = BiLSTMStudent.prepare(SMALL_BILSTM, texts, 2, teacher, ttok)
+    before = {k: v.clone() for k, v in student.state_dict().items()}
+    seen: dict[str, list] = {"clip": [], "loss": [], "ema": []}
+    step, clip, term = trainer.optimiser_step, trainer.clip_gradients, HintonKDLoss.distill_term
+
+    def spy_step(accelerator, loss, optim, params, grad_clip, lr, averaged, model):
+        seen["ema"].append(averaged is not None)
+        return step(accelerator, loss, optim, params, grad_clip, lr, averaged, model)
+
+    def spy_term(self, s, t):
+        seen["loss"].append(self.temperature)
+        return term(self, s, t)
+
+    monkeypatch.setattr(trainer, "optimiser_step", spy_step)
+    monkeypatch.setattr(
+        trainer, "clip_gradients", lambda a, p, n: seen["clip"].append(n) or clip(a, p, n)
+    )
+    monkeypatch.setattr(HintonKDLoss, "distill_term", spy_term)
+    cfg = DistillConfig(teacher="t", batch_size=8, loss="kd", temperature=3.0, grad_clip=0.5)
+    assert timebudget._probe(cfg, student, tok, texts, 2, 0.01) > 0
+    n = len(seen["clip"])
+    assert n >= 6 and seen["clip"] == [0.5] * n and seen["loss"] == [3.0] * n
+    assert seen["ema"] == [cfg.ema is not None] * n
+    assert all(torch.equal(v, student.state_dict()[k]) for k, v in before.items())
