@@ -276,7 +276,7 @@ def thread_counts(cores: int | None = None) -> list[int]:
     return counts if len(counts) == 1 or strict_blas() else counts[:1]
 
 
-# Windows per run of the slower thread count: it is re-timed once in this many, so a
+# The other thread count runs one window in this many, so its speed is re-timed and a
 # load that comes or goes is seen within ~20 s (10 windows of 2 s).
 PROBE_EVERY = 10
 
