@@ -2,7 +2,7 @@
 
     python benchmarks/distill_default.py [--shared ../shared] [--seeds 0 1 2]
         [--tasks [sst2] [cola]] [--no-growth] [--no-load]
-        [--sweep 5 10 15 30 60 [--loaded] [--sweep-only]]
+        [--sweep 5 10 15 30 60 [--loaded] [--sweep-only]] [--quickstart[-only]]
 
 Per task and seed, from a cold teacher-logit cache (a fresh $EDGEKD_CACHE per run),
 the commands of the README, each in its own process:
@@ -33,6 +33,13 @@ With `--loaded`, each sweep run shares the cores with another process keeping bo
 busy (a 2-thread matmul loop). `--sweep-only`: the sweep alone (the default-budget
 runs, growth and load sections keep their last results). Each (task, load, budget)
 row is kept beside the others, with the revision that measured it.
+
+`--quickstart`: per task and seed, `edgekd quickstart --data D --teacher T --seed N`
+as the README types it (its recipe: `tang` variants, a 10-minute distill budget, the
+teacher's and the student's profiles, the budget check), then `edgekd bundle` of its
+export, scored like the runs above; the quickstart's wall, its check's exit code and
+its distill's epochs beside. `--quickstart-only`: that section alone (the others keep
+their last results).
 
 Writes benchmarks/results/distill_default.json and distill_default.md.
 EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
@@ -73,15 +80,26 @@ def revision() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def run(argv: list[str], env: dict[str, str]) -> dict[str, float]:
-    """Run one command; its wall seconds and peak RSS (MB), from its own rusage."""
+def cpu() -> str:
+    """The CPU a figure was measured on: a budget is minutes, so what it buys (epochs,
+    rows) and the score that follows depend on it (SST-2's default student trained 8
+    epochs in 13 minutes at 74b704f and 3 at e50e7d8, on 2 cores of other CPUs)."""
+    from edgekd.devices.agent import cpu_model
+
+    return cpu_model()
+
+
+def run(argv: list[str], env: dict[str, str], codes: tuple[int, ...] = (0,)) -> dict[str, float]:
+    """Run one command; its wall seconds, peak RSS (MB, from its own rusage) and exit
+    code, which must be one of `codes` (a gate's 1, a failed check, is a result)."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, cwd=REPO)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed ({os.waitstatus_to_exitcode(status)}): {' '.join(argv)}")
-    return {"wall_s": round(wall, 1), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
+    code = os.waitstatus_to_exitcode(status)
+    if code not in codes:
+        raise SystemExit(f"failed ({code}): {' '.join(argv)}")
+    return {"wall_s": round(wall, 1), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "code": code}
 
 
 def slug(setting: str) -> str:
@@ -199,6 +217,7 @@ def one_run(
         "task": task,
         "seed": seed,
         "revision": revision(),
+        "cpu": cpu(),
         "student": scores,
         "bundle_bytes": sum(f.stat().st_size for f in b.rglob("*") if f.is_file()),
         "selection_accuracy": metrics.get("selection_accuracy"),
@@ -219,6 +238,65 @@ def one_run(
         "history": metrics["history"],  # per epoch: losses, selection and dev scores
         "ended_by": (metrics.get("time_plan") or {}).get("why"),
         "cut_after": (metrics.get("time_plan") or {}).get("cut_after"),
+    }
+    (folder / "result.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def quickstart_run(task: str, teacher: Path, data: Path, seed: int, env: dict[str, str]) -> dict:
+    """One seed's `edgekd quickstart` (cold teacher-logit cache), its export bundled and
+    scored through the bundle like `one_run`'s."""
+    from edgekd.stages.bundle import Bundle
+
+    folder = RUNS / f"{task}-seed{seed}-quickstart"
+    if (folder / "result.json").is_file():  # an interrupted benchmark: reuse finished runs
+        done = json.loads((folder / "result.json").read_text())
+        if done.get("revision") == revision() and not revision().endswith("-dirty"):
+            return done
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    cache = Path(tempfile.mkdtemp(prefix="edgekd-cold-"))
+    env = {**env, "EDGEKD_CACHE": str(cache)}
+    q, b = folder / "quickstart", folder / "bundle"
+    # Smoke: the distill's rows capped, and the profiles' fewest calls.
+    small = ["-s", f"distill.augment.max_rows={smoke.AUGMENTED}", "-s",
+             f"profile.runs={smoke.RUNS}", "-s", f"profile.trials={smoke.TRIALS}"]  # fmt: skip
+    # Exit 1 is the budget check failing (the student over 6 points under its teacher):
+    # a result to report, not a broken run.
+    quick = run(
+        edgekd("quickstart", "--data", str(data), "--teacher", str(teacher), "--out", str(q),
+               "--seed", str(seed), *SMALL, *(small if smoke.SMOKE else [])),
+        env, codes=(0, 1),
+    )  # fmt: skip
+    packed = run(edgekd("bundle", str(q / "student" / "export"), "--out", str(b)), env)
+    shutil.rmtree(cache, ignore_errors=True)
+    metrics = json.loads((q / "student" / "student" / "metrics.json").read_text())
+    bundle = Bundle(b, threads=0)
+
+    def predict(texts: list[str]) -> list[str]:
+        return [r["label"] for r in bundle.predict(texts)]
+
+    result = {
+        "task": task,
+        "seed": seed,
+        "revision": revision(),
+        "cpu": cpu(),
+        "student": dev_scores(predict, data, metrics["labels"]),
+        "bundle_bytes": sum(f.stat().st_size for f in b.rglob("*") if f.is_file()),
+        "epochs_run": metrics["epochs_run"],
+        "best_epoch": metrics["best_epoch"],
+        "n_augmented": metrics["n_augmented"],
+        "time_plan": metrics.get("time_plan"),
+        "distill_seconds": metrics["seconds"],
+        "quickstart": quick,
+        "bundle": packed,
+        "check_code": quick["code"],
+        # The distill stage's own seconds (in the quickstart's process) ÷ its budget.
+        "used_of_granted": (
+            sum(metrics["seconds"].values()) / metrics["time_plan"]["budget_s"]
+            if metrics.get("time_plan")
+            else None
+        ),
     }
     (folder / "result.json").write_text(json.dumps(result, indent=2))
     return result
@@ -259,6 +337,8 @@ def main() -> None:
     p.add_argument("--sweep", type=float, nargs="*", default=[], help="Budgets (minutes).")
     p.add_argument("--loaded", action="store_true", help="Sweep beside a 2-core load.")
     p.add_argument("--sweep-only", action="store_true")
+    p.add_argument("--quickstart", action="store_true", help="Also run `edgekd quickstart`.")
+    p.add_argument("--quickstart-only", action="store_true")
     args = p.parse_args()
     args.seeds = args.seeds[: smoke.at_most(len(args.seeds), smoke.REPEATS)]
     shared = args.shared.resolve()
@@ -266,10 +346,13 @@ def main() -> None:
     RUNS.mkdir(parents=True, exist_ok=True)
     tasks: dict[str, Any] = {}
     sweep: dict[str, Any] = {}
+    quick: dict[str, Any] = {}
     for task in args.tasks:
         if args.sweep:
             sweep.update(budget_sweep(task, shared, args, env))
-        if args.sweep_only:
+        if args.quickstart or args.quickstart_only:
+            quick[task] = quickstart_section(task, shared, args.seeds, env)
+        if args.sweep_only or args.quickstart_only:
             continue
         data, teacher = shared / "data" / task, task_teacher(task, shared, env)
         t_scores, _ = teacher_scores(teacher, data)
@@ -304,8 +387,9 @@ def main() -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "tasks": {**previous.get("tasks", {}), **tasks},
         "sweep": {**previous.get("sweep", {}), **sweep},
+        "quickstart": {**previous.get("quickstart", {}), **quick},
     }
-    if args.sweep_only:
+    if args.sweep_only or args.quickstart_only:
         args.no_growth = args.no_load = True
     if not args.no_growth:
         result["growth"] = {"revision": revision(), "rows": growth(shared, env)}
@@ -327,6 +411,25 @@ def median_scores(runs: list[dict], teacher: dict[str, float]) -> dict[str, floa
         "accuracy": accuracy,
         "mcc": statistics.median(r["student"]["mcc"] for r in runs),
         "retention": accuracy / teacher["accuracy"],
+    }
+
+
+def quickstart_section(task: str, shared: Path, seeds: list[int], env: dict) -> dict:
+    """Every seed's quickstart on `task`, and their medians."""
+    data, teacher = shared / "data" / task, task_teacher(task, shared, env)
+    t_scores, _ = teacher_scores(teacher, data)
+    runs = [quickstart_run(task, teacher, data, seed, env) for seed in seeds]
+    med = statistics.median
+    return {
+        "revision": revision(),
+        "teacher": t_scores,
+        "runs": runs,
+        "median": {
+            **median_scores(runs, t_scores),
+            "bundle_bytes": med(r["bundle_bytes"] for r in runs),
+            "wall_s": med(r["quickstart"]["wall_s"] for r in runs),
+            "epochs_run": med(r["epochs_run"] for r in runs),
+        },
     }
 
 
@@ -370,8 +473,8 @@ def write(result: dict[str, Any]) -> None:
         f"{result['machine']}; cold teacher-logit cache per run; medians over seeds.",
         "",
         "| task | seeds | teacher acc | teacher MCC | bundle acc (int8) | MCC | retention | "
-        "bundle bytes | wall (distill+export+bundle) | revision |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "bundle bytes | wall (distill+export+bundle) | revision | CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for task, t in result["tasks"].items():
         m = t["median"]
@@ -379,7 +482,7 @@ def write(result: dict[str, Any]) -> None:
             f"| {task} | {len(t['runs'])} | {t['teacher']['accuracy']:.4f} | "
             f"{t['teacher']['mcc']:.3f} | {m['accuracy']:.4f} | {m['mcc']:.3f} | "
             f"{m['retention']:.1%} | {m['bundle_bytes']:,.0f} | "
-            f"{m['total_wall_s'] / 60:.1f} min | {t.get('revision', '?')} |"
+            f"{m['total_wall_s'] / 60:.1f} min | {t.get('revision', '?')} | {cpus(t['runs'])} |"
         )
     lines += ["", "| task | seed | bundle acc | selection acc (chose the epoch) | epochs | "
               "augmented rows | wall by phase (s) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -399,8 +502,8 @@ def write(result: dict[str, Any]) -> None:
                   "medians over seeds; used = the distill process's wall ÷ the minutes "
                   "granted.", "",
                   "| task | machine | budget | seeds | bundle acc | MCC | retention | epochs | "
-                  "augmented rows | used | each seed | revision |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+                  "augmented rows | used | each seed | revision | CPU |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for key, row in result["sweep"].items():
             task, load, budget = key.split(" | ")
             m = row["median"]
@@ -413,7 +516,29 @@ def write(result: dict[str, Any]) -> None:
                 f"| {task} | {load} | {budget} | {len(row['runs'])} | {m['accuracy']:.4f} | "
                 f"{m['mcc']:.3f} | {m['retention']:.1%} | {m['epochs_run']:g} | "
                 f"{m['n_augmented']:,.0f} | {100 * m['used_of_granted']:.0f}% | {each} | "
-                f"{row['revision']} |"
+                f"{row['revision']} | {cpus(row['runs'])} |"
+            )
+    if result.get("quickstart"):
+        lines += ["", "`edgekd quickstart` (`--quickstart`: the README's command, its 10-minute "
+                  "distill budget and `tang` variants), its export bundled and scored through "
+                  "the bundle; wall = the whole quickstart (distill, export, both profiles, "
+                  "check, report); check = its exit code (1: a budget limit failed).", "",
+                  "| task | seeds | teacher acc | bundle acc (int8) | MCC | retention | "
+                  "bundle bytes | wall | each seed (epochs, distill wall used, check) | "
+                  "revision | CPU |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for task, t in result["quickstart"].items():
+            m = t["median"]
+            each = ", ".join(
+                f"{r['student']['accuracy']:.4f} ({r['epochs_run']} ep, "
+                f"{used(r.get('used_of_granted'))} of the distill budget, exit {r['check_code']})"
+                for r in t["runs"]
+            )
+            lines.append(
+                f"| {task} | {len(t['runs'])} | {t['teacher']['accuracy']:.4f} | "
+                f"{m['accuracy']:.4f} | {m['mcc']:.3f} | {m['retention']:.1%} | "
+                f"{m['bundle_bytes']:,.0f} | {m['wall_s'] / 60:.1f} min | {each} | "
+                f"{t['revision']} | {cpus(t['runs'])} |"
             )
     if "growth" in result:
         lines += ["", "Cost growth (4,000 SST-2 rows, tang over every row, one epoch, "
@@ -436,6 +561,15 @@ def write(result: dict[str, Any]) -> None:
     (out / "distill_default.md").write_text(smoke.markdown("\n".join(lines) + "\n"))
     if result.get("sweep"):
         plot_sweep(result["sweep"], out / "distill_sweep.png")
+
+
+def used(share: float | None) -> str:
+    return "?" if share is None else f"{share:.0%}"
+
+
+def cpus(runs: list[dict]) -> str:
+    """The CPUs a row's runs were measured on (rows from before they were recorded: ?)."""
+    return ", ".join(sorted({r.get("cpu") or "?" for r in runs}))
 
 
 def plot_sweep(sweep: dict[str, Any], path: Path) -> None:

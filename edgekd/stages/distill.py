@@ -251,6 +251,9 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     candidates = len(extra)
     extra, sources = extra.head(kept), sources[:kept]
     time_plan = None
+    # Epochs the budget buys are a forecast: the loop trains more while the clock has
+    # room, up to the cap of unset epochs (`BUDGET_MAX_EPOCHS`).
+    extend_to = cfg.max_epochs if bought_epochs and clock is not None else None
     if clock is not None and train_rate is not None:
         # A second probe, now that labelling is done, on the rows kept: the epochs are
         # planned at the rate measured just before they run (the first probe, taken
@@ -298,9 +301,14 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         checkpoint,
         seconds_left=None if clock is None else lambda: clock.left() - RESERVE_S,
         until_plateau=bought_epochs,
+        extend_to=extend_to,
     )
     seconds["train"] = time.perf_counter() - t
     cut, part = fit.pop("cut_for_time"), fit.pop("last_epoch_steps")
+    # Epochs trained past the config's (the clock bought them, or a resumed checkpoint had)
+    # are the choice too, and so are an extended run's last (an early stop, the cap).
+    if cut is None and (extend_to is not None or fit["epochs_run"] > cfg.max_epochs):
+        cut = fit["epochs_run"]
     cooldown = fit.pop("cooldown")
     if cut is not None:  # the epochs actually run are the choice: the config reruns to them
         cfg = cfg.model_copy(update={"epochs": cut, "last_epoch_steps": part})

@@ -453,6 +453,34 @@ def test_run_distill_stops_budget_bought_epochs_at_a_plateau_and_reruns_to_them(
     assert m.epochs_run == 3
 
 
+def test_run_distill_trains_budget_bought_epochs_past_the_plan_while_the_clock_has_room(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # The probe after labelling reads so slow a pace that 1 epoch is planned; the epochs
+    # then run in a blink of the 30 minutes, so the loop goes on past the forecast, here
+    # to the cap of unset epochs (3, shrunk from 200). The resolved config records the 3
+    # trained, and rerunning it gives the same student.
+    import edgekd.config as config
+    from edgekd.stages import distill as stage
+
+    monkeypatch.setattr(config, "BUDGET_MAX_EPOCHS", 3)
+    rates = iter([1e9, 1e-3])  # rows sized by the first, epochs planned by the second
+    monkeypatch.setattr(stage, "probe_train_rate", lambda *a, **k: next(rates))
+    cfg = _run(tiny_teacher, tiny_data, time_budget=30.0, epochs=None)
+    m = stage.distill(cfg, tmp_path / "a")
+    assert m.time_plan is not None and m.time_plan.epochs == 1
+    assert m.epochs_run == 3 and m.time_plan.cut_after == 3
+    resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert resolved["epochs"] == 3 and resolved["time_budget"] is None
+    stage.distill(DistillConfig(**resolved), tmp_path / "b")
+    a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in "ab")
+    assert all((a[k] == b[k]).all() for k in a)
+    # Epochs the user set are a limit, not a forecast: the plan's 1 is what trains.
+    rates = iter([1e9, 1e-3])
+    m = stage.distill(_run(tiny_teacher, tiny_data, time_budget=30.0), tmp_path / "c")
+    assert m.time_plan is not None and m.time_plan.epochs == 1 and m.epochs_run == 1
+
+
 def test_run_distill_resumed_after_its_last_epoch_trains_none_when_a_plateau_ended_it(
     tiny_teacher, tiny_data, tmp_path, monkeypatch
 ):
