@@ -125,9 +125,9 @@ def train_student(
     (`plateaued`; also `cut_for_time`, so the resolved config reruns to it).
     `extend_to` (with `seconds_left`): `cfg.epochs` is a forecast from the probe, and
     while the clock has room for another epoch the run trains it, up to `extend_to`
-    epochs (the epochs run are then `cut_for_time` too). A probe that under-read the
-    pace once left 17% of an SST-2 budget unused: 2 epochs planned at 2,370 rows/s,
-    run at ~2,600, and 132 s of 780 left when the plan's epochs were done.
+    epochs (the distill stage records the epochs run in the resolved config). A probe
+    that under-read the pace once left 17% of an SST-2 budget unused: 2 epochs planned
+    at 2,370 rows/s, run at ~2,600, and 132 s of 780 left when they were done.
 
     Rows of `train` labelled NO_LABEL (augmented text) get the distillation term only.
     With `checkpoint`, each finished epoch is saved there and a matching checkpoint

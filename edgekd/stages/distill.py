@@ -135,16 +135,15 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         cfg = cfg.model_copy(update={"epochs": cfg.max_epochs})
     # The budget counts from here: loading and augmenting spend it too.
     clock = Clock(cfg.time_budget) if cfg.time_budget is not None else None
-    # Epochs the budget chooses may end at a plateau (`until_plateau`), and the resolved
-    # config then states the epochs run. Not with a schedule over the planned epochs
-    # (decay, warm-up, per-epoch values): fewer epochs would rerun a different schedule.
-    bought_epochs = (
-        clock is not None
-        and cfg.epochs is None
-        and cfg.lr_decay in ("none", "cooldown")
-        and cfg.warmup_ratio == 0
-        and not cfg.schedules
+    # Under a budget the epochs the clock affords are trained, more or fewer than the
+    # plan's forecast, and the resolved config states the epochs run. Not with a schedule
+    # over the planned epochs (decay, warm-up, per-epoch values): other epochs would
+    # rerun a different schedule.
+    schedule_free = (
+        cfg.lr_decay in ("none", "cooldown") and cfg.warmup_ratio == 0 and not cfg.schedules
     )
+    # Epochs the budget chooses (unset) may also end at a plateau (`until_plateau`).
+    bought_epochs = clock is not None and cfg.epochs is None and schedule_free
     torch.manual_seed(cfg.seed)
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -251,9 +250,9 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     candidates = len(extra)
     extra, sources = extra.head(kept), sources[:kept]
     time_plan = None
-    # Epochs the budget buys are a forecast: the loop trains more while the clock has
-    # room, up to the cap of unset epochs (`BUDGET_MAX_EPOCHS`).
-    extend_to = cfg.max_epochs if bought_epochs and clock is not None else None
+    # The plan's epochs are a forecast: the loop trains more while the clock has room, up
+    # to `--epochs` (unset: `BUDGET_MAX_EPOCHS`).
+    extend_to = cfg.max_epochs if clock is not None and schedule_free else None
     if clock is not None and train_rate is not None:
         # A second probe, now that labelling is done, on the rows kept: the epochs are
         # planned at the rate measured just before they run (the first probe, taken
@@ -305,9 +304,9 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     )
     seconds["train"] = time.perf_counter() - t
     cut, part = fit.pop("cut_for_time"), fit.pop("last_epoch_steps")
-    # Epochs trained past the config's (the clock bought them, or a resumed checkpoint had)
-    # are the choice too, and so are an extended run's last (an early stop, the cap).
-    if cut is None and (extend_to is not None or fit["epochs_run"] > cfg.max_epochs):
+    # Epochs trained past the plan's (the clock had room, or a resumed checkpoint had
+    # them) are the choice too, however they ended (the clock, an early stop, the cap).
+    if cut is None and fit["epochs_run"] > cfg.max_epochs:
         cut = fit["epochs_run"]
     cooldown = fit.pop("cooldown")
     if cut is not None:  # the epochs actually run are the choice: the config reruns to them

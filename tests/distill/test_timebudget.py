@@ -453,7 +453,7 @@ def test_run_distill_stops_budget_bought_epochs_at_a_plateau_and_reruns_to_them(
     assert m.epochs_run == 3
 
 
-def test_run_distill_trains_budget_bought_epochs_past_the_plan_while_the_clock_has_room(
+def test_run_distill_trains_epochs_past_the_plan_while_the_clock_has_room(
     tiny_teacher, tiny_data, tmp_path, monkeypatch
 ):
     # The probe after labelling reads so slow a pace that 1 epoch is planned; the epochs
@@ -475,10 +475,14 @@ def test_run_distill_trains_budget_bought_epochs_past_the_plan_while_the_clock_h
     stage.distill(DistillConfig(**resolved), tmp_path / "b")
     a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in "ab")
     assert all((a[k] == b[k]).all() for k in a)
-    # Epochs the user set are a limit, not a forecast: the plan's 1 is what trains.
+    # Epochs the user set are the most it trains: all 3 of them here, planned 1 or not.
     rates = iter([1e9, 1e-3])
     m = stage.distill(_run(tiny_teacher, tiny_data, time_budget=30.0), tmp_path / "c")
-    assert m.time_plan is not None and m.time_plan.epochs == 1 and m.epochs_run == 1
+    assert m.time_plan is not None and m.time_plan.epochs == 1 and m.epochs_run == 3
+    # A schedule over the planned epochs (a linear decay) must not stretch: 1 trains.
+    rates = iter([1e9, 1e-3])
+    cfg = _run(tiny_teacher, tiny_data, time_budget=30.0, lr_decay="linear")
+    assert stage.distill(cfg, tmp_path / "d").epochs_run == 1
 
 
 def test_run_distill_resumed_after_its_last_epoch_trains_none_when_a_plateau_ended_it(
