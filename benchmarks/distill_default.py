@@ -134,6 +134,31 @@ def dev_scores(predict: Any, data: Path, label_names: list[str]) -> dict[str, fl
     return {"accuracy": acc, "mcc": mcc(pred, gold)}
 
 
+def finished(folder: Path) -> dict | None:
+    """The result a run left in `folder` at this revision (an interrupted benchmark
+    reuses finished runs); else None, and `folder` emptied for the run."""
+    if (folder / "result.json").is_file():
+        done = json.loads((folder / "result.json").read_text())
+        if done.get("revision") == revision() and not revision().endswith("-dirty"):
+            return dict(done)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return None
+
+
+def bundle_scores(folder: Path, data: Path, label_names: list[str]) -> dict[str, float]:
+    """Dev scores of the bundle in `folder`, through `Bundle` (what `edgekd predict`
+    runs: onnxruntime + numpy)."""
+    from edgekd.stages.bundle import Bundle
+
+    bundle = Bundle(folder, threads=0)
+
+    def predict(texts: list[str]) -> list[str]:
+        return [r["label"] for r in bundle.predict(texts)]
+
+    return dev_scores(predict, data, label_names)
+
+
 def teacher_scores(teacher: Path, data: Path) -> tuple[dict[str, float], list[str]]:
     from edgekd.distill.teacher import load_predictor
 
@@ -169,19 +194,14 @@ def one_run(
     """One seed's distill, export and bundle; with `budget`, under `--time-budget
     budget` (and, `loaded`, beside a 2-core load for the distill); `settings`: distill's
     `-s FIELD=VALUE` overrides beside the defaults (other benchmarks' arms)."""
-    from edgekd.stages.bundle import Bundle
-
     name = f"{task}-seed{seed}"
     if budget is not None:
         name += f"-{budget:g}min" + ("-loaded" if loaded else "")
     name += "".join(f"-{slug(setting)}" for setting in settings)
     folder = RUNS / name
-    if (folder / "result.json").is_file():  # an interrupted benchmark: reuse finished runs
-        done = json.loads((folder / "result.json").read_text())
-        if done.get("revision") == revision() and not revision().endswith("-dirty"):
-            return done
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    done = finished(folder)
+    if done is not None:
+        return done
     cache = Path(tempfile.mkdtemp(prefix="edgekd-cold-"))
     env = {**env, "EDGEKD_CACHE": str(cache)}  # cold: the teacher labels everything
     s, e, b = folder / "student", folder / "export", folder / "bundle"
@@ -207,12 +227,7 @@ def one_run(
     }
     shutil.rmtree(cache, ignore_errors=True)
     metrics = json.loads((s / "metrics.json").read_text())
-    bundle = Bundle(b, threads=0)
-
-    def predict(texts: list[str]) -> list[str]:
-        return [r["label"] for r in bundle.predict(texts)]
-
-    scores = dev_scores(predict, data, metrics["labels"])
+    scores = bundle_scores(b, data, metrics["labels"])
     result = {
         "task": task,
         "seed": seed,
@@ -246,15 +261,10 @@ def one_run(
 def quickstart_run(task: str, teacher: Path, data: Path, seed: int, env: dict[str, str]) -> dict:
     """One seed's `edgekd quickstart` (cold teacher-logit cache), its export bundled and
     scored through the bundle like `one_run`'s."""
-    from edgekd.stages.bundle import Bundle
-
     folder = RUNS / f"{task}-seed{seed}-quickstart"
-    if (folder / "result.json").is_file():  # an interrupted benchmark: reuse finished runs
-        done = json.loads((folder / "result.json").read_text())
-        if done.get("revision") == revision() and not revision().endswith("-dirty"):
-            return done
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    done = finished(folder)
+    if done is not None:
+        return done
     cache = Path(tempfile.mkdtemp(prefix="edgekd-cold-"))
     env = {**env, "EDGEKD_CACHE": str(cache)}
     q, b = folder / "quickstart", folder / "bundle"
@@ -271,17 +281,12 @@ def quickstart_run(task: str, teacher: Path, data: Path, seed: int, env: dict[st
     packed = run(edgekd("bundle", str(q / "student" / "export"), "--out", str(b)), env)
     shutil.rmtree(cache, ignore_errors=True)
     metrics = json.loads((q / "student" / "student" / "metrics.json").read_text())
-    bundle = Bundle(b, threads=0)
-
-    def predict(texts: list[str]) -> list[str]:
-        return [r["label"] for r in bundle.predict(texts)]
-
     result = {
         "task": task,
         "seed": seed,
         "revision": revision(),
         "cpu": cpu(),
-        "student": dev_scores(predict, data, metrics["labels"]),
+        "student": bundle_scores(b, data, metrics["labels"]),
         "bundle_bytes": sum(f.stat().st_size for f in b.rglob("*") if f.is_file()),
         "epochs_run": metrics["epochs_run"],
         "best_epoch": metrics["best_epoch"],
