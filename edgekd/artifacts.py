@@ -259,9 +259,9 @@ class TimePlan(Nested):
     planned_s: float  # estimated wall time of the whole run (seconds)
     why: str  # one line: what bound the choice
     # Epochs run when the check after each epoch found the next would not fit (the
-    # epochs ran slower than the probe read), or, epochs being the budget's to buy, when
-    # they ran on past `epochs` (faster than it read) to the clock, a plateau or an early
-    # stop; None: the plan held.
+    # epochs ran slower than the probe read), or when they ran on past `epochs` (faster
+    # than it read, and the rate has no schedule over the planned steps) to the clock,
+    # `--epochs`, a plateau or an early stop; None: the plan held.
     cut_after: int | None = None
     # Steps of epoch `cut_after` when the time left held only part of it; None: whole.
     last_epoch_steps: int | None = None

@@ -295,7 +295,7 @@ def train_student(
     from edgekd.threads import ThreadGovernor, available_cores
 
     # Epochs the loop may run: the config's, or more where the clock buys them. The
-    # schedule spans the config's (a budget's extension has none: `bought` epochs).
+    # schedule spans the config's (the stage extends only a rate with no schedule).
     cap = max(cfg.max_epochs, extend_to or 0)
     # The schedule spans every planned epoch; an early stop simply ends it sooner.
     total_steps = cfg.max_epochs * len(loader)
