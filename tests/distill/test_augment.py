@@ -147,6 +147,43 @@ def test_tang_builds_mask_pos_ngram_from_config():
     assert {w for v in variants for w in v.split()} <= vocab
 
 
+def test_compose_tags_each_text_as_written_once_when_earlier_steps_keep_places():
+    calls: list[list[str]] = []
+
+    def tagger(words):
+        calls.append(list(words))
+        return suffix_tagger(words)
+
+    texts = ["cat sat on a mat", "a dog bit"]
+    pos = PosAugmenter(tagger, p=0.5).fit(["a cat bit a dog", "sat on mat"])
+    calls.clear()
+    aug = ComposeAugmenter([MaskAugmenter(p=0.5), ComposeAugmenter([pos])])
+    assert aug.parts[1] is pos  # a composition inside another is flattened into it
+    out = generate(texts, aug, n_iter=50, seed=0)
+    assert len(out) > 10  # many masked variants of each text...
+    assert calls == [t.split() for t in texts]  # ...each text tagged once, unmasked
+    assert all(len(v.split()) == len(texts[0].split()) or len(v.split()) == 3 for v in out)
+
+
+def test_compose_tags_the_words_given_when_an_earlier_step_moves_them():
+    calls: list[list[str]] = []
+
+    def tagger(words):
+        calls.append(list(words))
+        return suffix_tagger(words)
+
+    pos = PosAugmenter(tagger, p=0.5).fit(["cat sat on a mat"])
+    calls.clear()
+    aug = ComposeAugmenter([NgramAugmenter(p=1.0, max_n=2), pos])
+    aug(["cat sat on a mat"] * 20, random.Random(0))
+    assert calls and all(len(c) <= 2 for c in calls)  # the n-gram's words, not the text's
+
+
+def test_words_of_splits_ascii_text_as_the_general_rule_does():
+    text = "it 's a\tgood , long   film"
+    assert words_of(text) == words_of(text + " 我")[:-1] == text.split()
+
+
 def test_swap_from_config_takes_every_side_of_the_corpus_as_donors():
     from edgekd.config import AugmentConfig
     from edgekd.distill.augment import build_augmenter

@@ -153,3 +153,46 @@ def script_selection(monkeypatch, tiny_data, wrong_at):
         return np.eye(2, dtype=np.float32)[np.concatenate([1 - gold[:wrong], gold[wrong:]])]
 
     monkeypatch.setattr(module, "teacher_logits", scripted)
+
+
+def test_teacher_step_split_into_passes_trains_the_weights_of_one_pass(
+    tmp_path, tiny_data, monkeypatch
+):
+    import json
+
+    from safetensors.numpy import load_file
+
+    from conftest import build_tiny_bert
+    from edgekd.distill import teacher as module
+
+    base = build_tiny_bert(tmp_path / "base", classifier=False)
+    config = json.loads((base / "config.json").read_text())
+    # No dropout: its masks are drawn per pass, so only then are the two runs one sum.
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (base / "config.json").write_text(json.dumps(config))
+    passes: list[int] = []
+    real = module.length_sorted_batches
+
+    def counted(lengths, batch_size, max_tokens=None):
+        parts = real(lengths, batch_size, max_tokens)
+        if max_tokens == module.STEP_TOKENS:  # a training step, not a scoring
+            passes.append(len(parts))
+        return parts
+
+    monkeypatch.setattr(module, "length_sorted_batches", counted)
+    cfg = TeacherConfig(
+        base=str(base), data=DataConfig(spec=str(tiny_data)), epochs=1, batch_size=16,
+        max_length=16, warm_start="none",
+    )  # fmt: skip
+    weights = {}
+    for name, tokens in (("whole", 10**9), ("split", 40)):  # 40 tokens: 2 to 5 rows a pass
+        monkeypatch.setattr(module, "STEP_TOKENS", tokens)
+        passes.clear()
+        run_teacher(cfg, tmp_path / name)
+        weights[name] = load_file(str(tmp_path / name / "model.safetensors"))
+        assert (max(passes) == 1) == (name == "whole"), passes
+    assert sum(passes) >= 3 * len(passes)  # each step of 16 rows took 3 passes or more
+    assert weights["whole"].keys() == weights["split"].keys()
+    for key, value in weights["whole"].items():
+        # The same sums in another order: float32 rounding apart, nothing more.
+        np.testing.assert_allclose(weights["split"][key], value, rtol=0, atol=2e-5, err_msg=key)
