@@ -2,6 +2,7 @@
 that records what it chose and resolves to a config that reproduces it."""
 
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -619,3 +620,62 @@ def test_probe_steps_make_the_loops_update_with_the_runs_loss(tiny_teacher, monk
     assert n >= 6 and seen["clip"] == [0.5] * n and seen["loss"] == [3.0] * n
     assert seen["ema"] == [cfg.ema is not None] * n
     assert all(torch.equal(v, student.state_dict()[k]) for k, v in before.items())
+
+
+def test_epoch_rate_counts_the_long_rows_the_probe_could_not_fill_a_batch_with():
+    from edgekd.distill.timebudget import epoch_rate
+
+    # Steps cost 0.01 s + 0.001 s a padded token; the probe timed full batches of 4 at
+    # lengths 3 to 6: 16 rows in 4 × 0.01 + 0.001 × 4 × 18 = 0.112 s, 142.9 rows/s.
+    timed = [(4, 4 * n, 0.01 + 0.001 * 4 * n) for n in (3, 4, 5, 6)]
+    # The epoch: 8 rows of length 3 (2 batches: 0.02 + 0.024 s) and 4 of 20 (1 batch:
+    # 0.01 + 0.08 s): 12 rows in 0.134 s.
+    lengths = [3] * 8 + [20] * 4
+    assert epoch_rate(timed, lengths, 4) == pytest.approx(12 / 0.134)
+    # 2.5 times those rows: 20 of length 3 in 5 batches (0.05 + 0.06 s), 10 of length
+    # 20 in 3, the last part-full (0.03 + 0.2 s): 30 rows in 0.34 s.
+    assert epoch_rate(timed, lengths, 4, scale=2.5) == pytest.approx(30 / 0.34)
+
+
+@pytest.mark.parametrize(
+    "timed",
+    [
+        [(4, 12, 0.1)] * 3,  # 3 steps: too few to fit 2 numbers
+        [(4, 12, 0.1), (4, 12, 0.2)] * 2,  # one length: a and b are not separable
+        [(4, 10, 0.0), (4, 20, 0.2), (4, 30, 0.4), (4, 40, 0.6)],  # a < 0: no cost
+        [(4, 10, 0.3), (4, 20, 0.2), (4, 30, 0.1), (4, 40, 0.0)],  # b < 0: no cost
+    ],
+)
+def test_epoch_rate_is_none_when_the_steps_do_not_fit_a_cost(timed):
+    from edgekd.distill.timebudget import epoch_rate
+
+    assert epoch_rate(timed, [3, 4, 5], 4) is None
+
+
+def test_probe_rate_is_the_epochs_over_every_length_the_sample_holds(tiny_teacher, monkeypatch):
+    import math
+
+    from edgekd.config import DistillConfig
+    from edgekd.distill import timebudget
+    from edgekd.distill.teacher import load_teacher
+    from edgekd.students.bilstm import BiLSTMStudent
+
+    teacher, ttok = load_teacher(str(tiny_teacher))
+    # Many short rows (full batches) and a few long ones that never fill a batch.
+    texts = ["good film", "bad plot here", "the film is a great one"] * 40 + [
+        " ".join(["good"] * n) for n in (30, 31, 32, 40, 50)
+    ]
+    student, tok = BiLSTMStudent.prepare(SMALL_BILSTM, texts, 2, teacher, ttok)
+    now = [0.0]  # an injected clock: a step costs 0.01 s + 0.001 s a padded token
+    pad = tok.pad
+
+    def costed(ids):
+        now[0] += 0.01 + 0.001 * len(ids) * max(map(len, ids))
+        return pad(ids)
+
+    monkeypatch.setattr(tok, "pad", costed)
+    cfg = DistillConfig(teacher="t", batch_size=8)
+    rate = timebudget._probe(cfg, student, tok, texts, 2, 1.0, timer=lambda: now[0])
+    lengths = [tok.length(x) for x in tok.ids(texts)]
+    seconds = sum(math.ceil(c / 8) * 0.01 + 0.001 * n * c for n, c in Counter(lengths).items())
+    assert rate == pytest.approx(len(texts) / seconds)
