@@ -171,7 +171,7 @@ def generator_for(task: str, teacher: str, data: Path, steps: int = 400) -> str:
     optim = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
     for step in range(smoke.at_most(steps, SMOKE_GENERATOR_STEPS)):
-        enc = tok(rng.sample(texts, 32), truncation=True, max_length=64)
+        enc = tok(rng.sample(texts, min(32, len(texts))), truncation=True, max_length=64)
         batch = collate([{"input_ids": ids} for ids in enc["input_ids"]])
         loss = model(**batch).loss
         loss.backward()

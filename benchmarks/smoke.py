@@ -36,7 +36,7 @@ WINDOW_S = 0.2  # seconds per throughput window: a few optimiser steps of a tiny
 # trains several epochs in 12 s, and a budget is filled, so each minute here costs one.
 BUDGET_MIN = 0.2
 # Augmented rows a distill keeps (--max-augmented): 20 steps at batch 50. A small task
-# draws up to 200 variants per text, so the sandbox's ~36 texts alone give ~4,500.
+# draws up to 200 variants per text, so the sandbox's 22 texts alone give up to 4,400.
 AUGMENTED = 1_000
 
 NOTE = (

@@ -83,6 +83,14 @@ class TaskData:
         return len(self.label_names)
 
 
+# An inference batch (a teacher labelling, in PyTorch or onnxruntime) holds `batch_size`
+# rows of up to 128 tokens, or as many longer rows as that many tokens: short tasks batch
+# as they always did, while 512-token rows go 16 at a time (of 64). Attention scores hold
+# rows × heads × length² floats: 16 × 12 × 512² × 4 B = 200 MB for MiniLM, where 64 such
+# rows took 805 MB per layer (and 800 reviews' labelling peaked at 17.5 GB in onnxruntime).
+TOKENS_PER_ROW = 128
+
+
 def length_sorted_batches(
     lengths: list[int], batch_size: int, max_tokens: int | None = None
 ) -> list[list[int]]:

@@ -17,7 +17,13 @@ from edgekd.config import (
     TeacherSchedule,
     teacher_positions,
 )
-from edgekd.data import Split, TaskData, carve_selection, length_sorted_batches
+from edgekd.data import (
+    TOKENS_PER_ROW,
+    Split,
+    TaskData,
+    carve_selection,
+    length_sorted_batches,
+)
 from edgekd.distill.cooldown import StepPlan, stale_end
 from edgekd.errors import EdgeKDError
 from edgekd.progress import console, progress_bar
@@ -111,14 +117,10 @@ def teacher_label_names(config: Any) -> list[str]:
     return [str(config.id2label[i]) for i in range(config.num_labels)]
 
 
-# A labelling forward pass holds `batch_size` rows of up to 128 tokens, or as many
-# longer rows as that many tokens: short tasks batch as they always did, while 512-token
-# rows go 16 at a time (of 64). Attention scores hold rows × heads × length² floats:
-# 16 × 12 × 512² × 4 B = 200 MB for MiniLM, where 64 such rows took 805 MB per layer.
-TOKENS_PER_ROW = 128
 # A fine-tuning pass pads to at most 32 rows × 128 tokens (a longer batch is split into
 # passes whose gradients add up to the batch's): MiniLM's activations kept for the
-# backward pass at 32 × 512 tokens peaked at 9 GB, at 4,096 tokens ~2.8 GB.
+# backward pass of 32 × 512 tokens took a 60-row task of long reviews to a 9 GB peak;
+# in passes of 4,096 tokens, 2.1 GB (`edgekd teacher`, the whole process).
 STEP_TOKENS = 32 * TOKENS_PER_ROW
 
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from edgekd.artifacts import HF_CONFIG, TOKENIZER, StudentMeta, file_inside
-from edgekd.data import length_sorted_batches
+from edgekd.data import TOKENS_PER_ROW, length_sorted_batches
 from edgekd.errors import EdgeKDError
 from edgekd.io import load_json, parse_json
 from edgekd.students import STUDENT_FILE
@@ -158,7 +158,7 @@ class OnnxPredictor:
             batches = (
                 [list(range(a, min(a + size, len(texts)))) for a in range(0, len(texts), size)]
                 if in_order
-                else length_sorted_batches(ids.lengths().tolist(), size)
+                else length_sorted_batches(ids.lengths().tolist(), size, size * TOKENS_PER_ROW)
             )
 
             def run(worker: int) -> None:

@@ -113,6 +113,32 @@ def test_onnx_predictor_workers_give_the_same_logits_as_one_session(export_dir):
     np.testing.assert_array_equal(two.logits(texts, "labelling"), one)
 
 
+def test_onnx_predictor_batches_long_rows_fewer_at_a_time(export_dir, monkeypatch):
+    import numpy as np
+
+    from edgekd.students import predict
+    from edgekd.students.predict import OnnxPredictor
+
+    # 4 tokens a row-slot: batches of 4 rows pad to at most 16 tokens, or hold one row.
+    monkeypatch.setattr(predict, "TOKENS_PER_ROW", 4)
+    texts = [" ".join(["good"] * (i % 9 + 1)) for i in range(30)]
+    model = OnnxPredictor(export_dir / "model.onnx", batch_size=4, threads=1)
+    shapes: list[tuple[int, int]] = []
+    run = model.session.run
+
+    def spy(outputs, feed):
+        shapes.append(feed["input_ids"].shape)
+        return run(outputs, feed)
+
+    monkeypatch.setattr(model.session, "run", spy)
+    got = model.logits(texts)
+    assert sum(rows for rows, _ in shapes) == len(texts)
+    assert all(rows * width <= 16 or rows == 1 for rows, width in shapes), shapes
+    assert max(width for _, width in shapes) > 8  # long rows were there, fewer a batch
+    one = OnnxPredictor(export_dir / "model.onnx", batch_size=1, threads=1).logits(texts)
+    np.testing.assert_allclose(got, one, atol=1e-5)  # the same rows, however batched
+
+
 # ------------------------------------------------------------------ crafted inputs
 # Every case: exit 2, one line on stderr that names the fix, no traceback, nothing
 # written at --out or beside it, and nothing left in the temp folder.
