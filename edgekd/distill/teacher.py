@@ -152,6 +152,14 @@ def teacher_logits(
     )  # fmt: skip
 
 
+def padded(tokenizer: Any, rows: list[Any], max_length: int) -> Any:
+    """`rows` as one batch of PyTorch tensors, cut at `max_length` and padded to the
+    longest row (single texts, or (text, pair) tuples)."""
+    return tokenizer(
+        rows, truncation=True, max_length=max_length, padding=True, return_tensors="pt"
+    )
+
+
 def forward_rows(
     fn: Callable[[Any, list[int]], Any],
     tokenizer: Any,
@@ -183,13 +191,7 @@ def forward_rows(
     with progress_bar() as bar, torch.inference_mode():
         task = bar.add_task(description, total=len(texts), rate="")
         for idx in length_sorted_batches(lengths, batch_size, batch_size * TOKENS_PER_ROW):
-            enc = tokenizer(
-                [texts[i] for i in idx],
-                truncation=True,
-                max_length=max_length,
-                padding=True,
-                return_tensors="pt",
-            )
+            enc = padded(tokenizer, [texts[i] for i in idx], max_length)
             out[idx] = fn(enc.to(device), idx).float().cpu().numpy()
             bar.update(task, advance=len(idx))
     return out
@@ -590,13 +592,7 @@ def finetune(
                 # MiniLM's fine-tune then peaked at 9 GB (a 60-row task, 2 cores).
                 loss_sum = 0.0
                 for part in length_sorted_batches(lengths, len(idx), STEP_TOKENS):
-                    enc = tokenizer(
-                        [rows[j] for j in part],
-                        truncation=True,
-                        max_length=max_length,
-                        padding=True,
-                        return_tensors="pt",
-                    )
+                    enc = padded(tokenizer, [rows[j] for j in part], max_length)
                     enc = {k: v.to(accelerator.device) for k, v in enc.items()}
                     y = torch.tensor([labels[idx[j]] for j in part], device=accelerator.device)
                     with exact_softmax():  # the same bits on any thread count
