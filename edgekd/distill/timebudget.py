@@ -205,12 +205,11 @@ def epoch_rate(
     b, a = np.polyfit(x, y, 1)
     if a < 0 or b <= 0:
         return None
-    rows, seconds = 0.0, 0.0
-    for length, count in Counter(lengths).items():
-        n = count * scale
-        rows += n
-        seconds += math.ceil(n / batch_size) * a + b * length * n
-    return rows / seconds
+    seconds = sum(
+        math.ceil(count * scale / batch_size) * a + b * length * count * scale
+        for length, count in Counter(lengths).items()
+    )
+    return len(lengths) * scale / seconds
 
 
 def probe_batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:
