@@ -371,6 +371,13 @@ class AugmentConfig(StrictModel):
         return value
 
 
+class EarlyPass(StrictModel):
+    """One pass trained while the teacher labelled (`edgekd.distill.early`)."""
+
+    augmented_rows: int = Field(ge=0, description="Augmented rows it covered (a prefix).")
+    steps: int = Field(ge=1, description="Optimiser steps it ran.")
+
+
 # Epochs when neither `epochs` nor a time budget decides (Tang et al. train 10-30).
 DEFAULT_EPOCHS = 10
 # The most a time budget buys when `epochs` is unset. Rows are few on small tasks, so
@@ -534,6 +541,18 @@ class DistillConfig(StrictModel):
         "default $EDGEKD_CACHE or ~/.cache/edgekd.",
     )
     seed: int = seed_field("Seed for subsampling, augmentation, init and batches")
+    overlap: bool = Field(
+        True,
+        description="Under a time budget, train the student on the rows already labelled "
+        "while the teacher labels the rest, on one core fewer (the early passes); the "
+        "passes run are written to early_passes.",
+    )
+    early_passes: list[EarlyPass] | None = Field(
+        None,
+        description="Passes trained before the epochs: written by a run that trained them "
+        "while its teacher labelled, so its config reruns them (after labelling, on the "
+        "same rows). null: none, or the time budget's run decides.",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,10 +115,17 @@ class OnnxLabelers:
     With `cfg.token_states`, the export also outputs the last layer's token states
     (a folder of its own), which each call records in `sink` when one is set."""
 
-    def __init__(self, cfg: DistillConfig, name: str, fingerprint: str) -> None:
+    def __init__(
+        self,
+        cfg: DistillConfig,
+        name: str,
+        fingerprint: str,
+        workers: Callable[[], int] | None = None,
+    ) -> None:
+        """`workers`: the sessions each call may run (`OnnxPredictor`'s `active`)."""
         from edgekd.distill.labeling import cache_root
 
-        self.cfg, self.name = cfg, name
+        self.cfg, self.name, self.workers = cfg, name, workers
         self.states = cfg.token_states > 0
         self.folder = (
             cache_root(cfg) / "teachers" / (fingerprint[:32] + ("-states" if self.states else ""))
@@ -147,6 +154,7 @@ class OnnxLabelers:
                 # cores would run 4 threads that spin-wait on each other.
                 threads=1,
                 workers=core_share(),
+                active=self.workers,
             )
         return self.predictors[kind]
 

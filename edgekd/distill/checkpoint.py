@@ -22,6 +22,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from edgekd.config import EarlyPass
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, discard_owned, owned_files, read_json, write_json
 from edgekd.progress import console, shown
@@ -52,10 +53,15 @@ def fingerprint(config: dict[str, Any], texts: list[Any], labels: list[int]) -> 
     return {"config": config, "data_sha256": h.hexdigest()}
 
 
+# Written by an overlapped run from its timings; they differ whenever another field did.
+CLOCK_CHOSEN = frozenset({"early_passes"})
+
+
 def first_difference(old: Any, new: Any, path: str = "") -> str | None:
-    """The dotted path of the first field that differs, with both values."""
+    """The dotted path of the first field that differs, with both values. Fields a
+    run's clock chose (`CLOCK_CHOSEN`) come last: a field the user changed is the news."""
     if isinstance(old, dict) and isinstance(new, dict):
-        for key in sorted(set(old) | set(new), key=str):
+        for key in sorted(set(old) | set(new), key=lambda k: (k in CLOCK_CHOSEN, str(k))):
             found = first_difference(old.get(key), new.get(key), f"{path}.{key}" if path else key)
             if found:
                 return found
@@ -65,8 +71,8 @@ def first_difference(old: Any, new: Any, path: str = "") -> str | None:
 
 def planned_fields(folder: Path, cfg: Any) -> dict[str, Any] | None:
     """The fields a time budget chose for the interrupted run in `folder` (`epochs`,
-    `augment` with its `max_rows`), when that run had the config `cfg` but for them;
-    else None. A resumed run keeps its plan: re-planning from new timings would
+    `augment` with its `max_rows`, `early_passes`), when that run had the config `cfg`
+    but for them; else None. A resumed run keeps its plan: re-planning from new timings would
     change the epochs and the rows, and so the checkpoint would no longer match."""
     if owned_files(folder) is None or not (folder / STATE_JSON).is_file():
         return None
@@ -74,6 +80,8 @@ def planned_fields(folder: Path, cfg: Any) -> dict[str, Any] | None:
         saved = read_json(folder / STATE_JSON)["config"]
         augment = cfg.augment.model_copy(update={"max_rows": saved["augment"]["max_rows"]})
         fields = {"epochs": int(saved["epochs"]), "augment": augment}
+        if saved.get("early_passes") is not None:  # the passes trained before its epochs
+            fields["early_passes"] = [EarlyPass.model_validate(p) for p in saved["early_passes"]]
     except (OSError, ValueError, KeyError, TypeError, EdgeKDError):
         return None
     if first_difference(saved, cfg.model_copy(update=fields).model_dump(mode="json")):

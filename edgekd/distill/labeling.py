@@ -524,6 +524,8 @@ def label_splits(
             group, cache_dir(cfg), key, rows, len(texts), labeler, f"teacher logits ({split})",
             width, meter, wanted,
         )  # fmt: skip
+        if plan is not None and plan.feed is not None:
+            plan.feed.put(split, out[split])
         if split_states is not None:
             states[split] = split_states
         elif sink is not None:  # dev and selection rows: their states teach nothing
@@ -537,12 +539,19 @@ AUGMENT_CHUNK = 8_192  # augmented rows per cache file: a killed run redoes at m
 class AugmentedPlan:
     """How many augmented rows to label: at most `limit`, and, with `room`, only while
     `room(rows, seconds)` agrees to grow the set to `rows` at an estimated cost of
-    `seconds` of labelling (0 for a cached chunk)."""
+    `seconds` of labelling (0 for a cached chunk). With a `feed`
+    (`edgekd.distill.early.LabelFeed`), each split's logits and each chunk's are put
+    there as they are made, for the student training meanwhile; a chunk's cost is then
+    read from the last chunk labelled (the rate while the student trains), and no
+    chunk starts once `feed.stop` is set."""
 
     def __init__(
-        self, limit: int | None = None, room: Callable[[int, float], bool] | None = None
+        self,
+        limit: int | None = None,
+        room: Callable[[int, float], bool] | None = None,
+        feed: Any = None,
     ) -> None:
-        self.limit, self.room = limit, room
+        self.limit, self.room, self.feed = limit, room, feed
 
 
 def augmented_chunks(texts: Sequence[Any], limit: int | None) -> list[tuple[int, int]]:
@@ -572,11 +581,15 @@ def label_chunks(
     With a `sink`, the prefix's token states go into `states["augmented"]`."""
     parts, all_hit = [np.zeros((0, width), np.float32)], True
     state_parts: list[TokenStates] = []
+    feed = plan.feed
+    last = Meter()  # the last chunk labelled: its rate, with a feed
     for a, b in augmented_chunks(texts, plan.limit):
+        if feed is not None and feed.stop.is_set():
+            break
         key = split_key(cfg, fingerprint, "augmented", texts[a:b], runtime) if group.main else ""
 
-        def fits(a: int = a, b: int = b, key: str = key) -> bool:
-            rate = meter.rate()
+        def fits(a: int = a, b: int = b, key: str = key, last: Meter = last) -> bool:
+            rate = meter.rate() if feed is None else (last.rate() or meter.rate())
             cached = has_cached(cache_dir(cfg), key)
             cost = 0.0 if cached or rate is None else (b - a) / rate
             return plan.room is None or plan.room(b, cost)
@@ -588,12 +601,18 @@ def label_chunks(
             return list(texts[a:b])
 
         what = f"teacher logits (augmented {b:,} of {len(texts):,})"
+        chunk = Meter()
         logits, chunk_states, hit = group_logits(
-            group, cache_dir(cfg), key, rows, b - a, labeler, what, width, meter, sink
+            group, cache_dir(cfg), key, rows, b - a, labeler, what, width, chunk, sink
         )
+        meter.add(chunk.rows, chunk.seconds, chunk.mine)
+        if chunk.rows:
+            last = chunk
         if chunk_states is not None:
             state_parts.append(chunk_states)
         parts.append(logits)
+        if feed is not None:
+            feed.put_chunk(logits)
         all_hit = all_hit and hit
     if sink is not None and states is not None:
         states["augmented"] = TokenStates.concat(state_parts, sink.basis.k)

@@ -225,14 +225,25 @@ def probe_batches(lengths: list[int], batch_size: int, rng: random.Random) -> li
 
 
 def augmented_room(
-    clock: Clock, n_train: int, train_rate: float, min_epochs: int, reserve_s: float = RESERVE_S
+    clock: Clock,
+    n_train: int,
+    train_rate: float,
+    min_epochs: int,
+    reserve_s: float = RESERVE_S,
+    trained: Callable[[float], float] | None = None,
 ) -> Callable[[int, float], bool]:
     """`room(rows, label_s)`: whether growing the augmented set to `rows` rows, at
     `label_s` seconds of labelling, still leaves `min_epochs` epochs over the
-    whole transfer set (`n_train` + rows) within the budget."""
+    whole transfer set (`n_train` + rows) within the budget. `trained(label_s)`: rows
+    the student will have stepped on by then while the teacher labelled (the early
+    passes, `edgekd.distill.early`), which count towards those epochs; but one whole
+    epoch over the set is always left (the loop trains at least one: without it a
+    3-minute run that counted its passes labelled to the end, then ran 25 s over)."""
 
     def room(rows: int, label_s: float) -> bool:
-        train_s = min_epochs * (n_train + rows) / train_rate
+        epoch = n_train + rows
+        owed = min_epochs * epoch - (trained(label_s) if trained else 0.0)
+        train_s = max(owed, epoch) / train_rate
         return clock.elapsed() + label_s + train_s + reserve_s <= clock.budget_s
 
     return room

@@ -8,6 +8,7 @@ student (resuming a killed run from its checkpoint) and writes the student,
 
 from __future__ import annotations
 
+import functools
 import shutil
 import time
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ import torch
 from edgekd.artifacts import CONFIG, DistillMetrics, TaskShape
 from edgekd.config import (
     DistillConfig,
+    EarlyPass,
     load_yaml,
     positions_of,
     save_config,
@@ -30,7 +32,9 @@ from edgekd.data import Split, Text, align_labels, carve_selection, load_task
 from edgekd.distill import checkpoint as ckpt
 from edgekd.distill.active import scout_order
 from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
+from edgekd.distill.early import LabelFeed, early_passes, overlaps, run_labelling
 from edgekd.distill.labeling import (
+    ALONE,
     AugmentedPlan,
     augmented_texts,
     process_group,
@@ -65,6 +69,7 @@ from edgekd.progress import console, shown
 from edgekd.registry import STUDENTS
 from edgekd.students.base import predict_logits, save_student
 from edgekd.students.tokenizer import is_wordpiece
+from edgekd.threads import core_share
 from edgekd.yardstick import tfidf_baseline
 
 
@@ -218,16 +223,23 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     checkpoint = checkpoint_dir(out_dir)
     plan = AugmentedPlan(limit=cfg.augment.max_rows)
     train_rate = None
+    # A checkpoint of this config holds epochs trained after its early passes.
+    resumed = ckpt.planned_fields(checkpoint, cfg)
+    feed = None
     if clock is not None:
-        resumed = ckpt.planned_fields(checkpoint, cfg)
         if resumed is not None:  # an interrupted run's plan: resume it, do not re-plan
             cfg = cfg.model_copy(update=resumed)
             plan = AugmentedPlan(limit=cfg.augment.max_rows)
             clock = None
         else:
             train_rate = probe_train_rate(cfg, student, tok, train.texts + extra, task.num_labels)
-            room = augmented_room(clock, len(train), train_rate, min(MIN_EPOCHS, cfg.max_epochs))
-            plan = AugmentedPlan(limit=cfg.augment.max_rows, room=room)
+            if len(extra) and overlaps(cfg, state.num_processes, core_share()):
+                feed = LabelFeed(core_share())
+            room = augmented_room(
+                clock, len(train), train_rate, min(MIN_EPOCHS, cfg.max_epochs),
+                trained=feed.trained_by if feed is not None else None,
+            )  # fmt: skip
+            plan = AugmentedPlan(limit=cfg.augment.max_rows, room=room, feed=feed)
 
     t = time.perf_counter()
     # The selection rows are labelled too: the teacher's agreement there is reported.
@@ -240,10 +252,33 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     # and gets every process's logits back; the main alone reads and writes the cache, and
     # its clock decides how many augmented rows fit, so all train on one transfer set.
     states: dict[str, TokenStates] = {}  # with `token_states`: the training rows'
-    logits, hits, runtime = teacher_labels(
-        cfg, splits, teacher, teacher_tok, task.label_names, OnnxLabelers, plan,
-        process_group(state), states,
-    )  # fmt: skip
+    passes: list[tuple[int, int]] = []
+    if feed is None:
+        logits, hits, runtime = teacher_labels(
+            cfg, splits, teacher, teacher_tok, task.label_names, OnnxLabelers, plan,
+            process_group(state), states,
+        )  # fmt: skip
+    else:  # the student trains on what is labelled while the teacher labels the rest
+        runtimes = functools.partial(OnnxLabelers, workers=feed.workers)
+        thread, result = run_labelling(
+            feed,
+            lambda: teacher_labels(
+                cfg, splits, teacher, teacher_tok, task.label_names, runtimes, plan, ALONE, states
+            ),
+        )
+        t_early = time.perf_counter()
+        try:
+            passes = early_passes(
+                cfg, student, tok, train.texts + extra, train.labels, len(train), feed=feed
+            )
+        except BaseException:
+            feed.stop.set()  # no further chunk: the run is ending
+            raise
+        seconds["early_passes"] = time.perf_counter() - t_early
+        thread.join()
+        if isinstance(result[0], BaseException):
+            raise result[0]
+        logits, hits, runtime = result[0]
     kept = len(logits["augmented"]) if extra else 0
     dev_logits = logits["dev"]
     seconds["teacher_logits"] = time.perf_counter() - t
@@ -270,6 +305,18 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     # split's texts by len, index, slice and iteration only, all of which it gives.
     transfer = Split(cast(list[Text], train.texts + extra), train.labels + [NO_LABEL] * len(extra))
     train_logits = np.concatenate([logits["train"], logits.get("augmented", logits["train"][:0])])
+    if feed is not None:  # the passes run are part of the student: its config reruns them
+        done = [EarlyPass(augmented_rows=r, steps=n) for r, n in passes]
+        cfg = cfg.model_copy(update={"early_passes": done})
+    elif cfg.early_passes and resumed is None:  # a config that records them: the same passes
+        t = time.perf_counter()
+        early_passes(
+            cfg, student, tok, transfer.texts, transfer.labels, len(train),
+            replay=[(p.augmented_rows, p.steps) for p in cfg.early_passes],
+            train_logits=logits["train"],
+            augmented_logits=logits.get("augmented"),
+        )  # fmt: skip
+        seconds["early_passes"] = time.perf_counter() - t
 
     t = time.perf_counter()
     pairs = not isinstance(train.texts[0], str)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -70,11 +71,14 @@ class OnnxPredictor:
         batch_size: int = 64,
         max_length: int = HF_MAX_LENGTH,
         workers: int = 1,
+        active: Callable[[], int] | None = None,
     ) -> None:
         """`workers` > 1: that many single-thread sessions run batches side by side (bulk
         labelling). On 2 cores this is ~1.2-1.4× one 2-thread session, and with no
         intra-op pool there is nothing to spin-wait, so a busy machine slows it in
-        proportion instead of stalling it (benchmarks/labelling_load.py)."""
+        proportion instead of stalling it (benchmarks/labelling_load.py). `active`: how
+        many of them a call runs, asked at each call (all when unset); the distill stage
+        leaves a core to the student while it trains beside the labelling."""
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
@@ -120,6 +124,7 @@ class OnnxPredictor:
             for _ in range(workers)
         ]
         self.session = self.sessions[0]
+        self.active = active
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.pairs = reads_pairs(self.input_names, self.tokenizer.add_special_tokens)
         self.batch_size = batch_size
@@ -161,9 +166,13 @@ class OnnxPredictor:
                 else length_sorted_batches(ids.lengths().tolist(), size, size * TOKENS_PER_ROW)
             )
 
+            running = len(self.sessions)
+            if self.active is not None:
+                running = max(1, min(running, self.active()))
+
             def run(worker: int) -> None:
                 # onnxruntime releases the GIL inside run(): the workers overlap.
-                for idx in batches[worker :: len(self.sessions)]:
+                for idx in batches[worker::running]:
                     feed = self.feed([ids[i] for i in idx])
                     outputs = self.sessions[worker].run(None, feed)
                     out[idx] = outputs[0]
@@ -172,13 +181,13 @@ class OnnxPredictor:
                     if bar is not None and job is not None:
                         bar.update(job, advance=len(idx))
 
-            if len(self.sessions) == 1:
+            if running == 1:
                 run(0)
             else:
                 from concurrent.futures import ThreadPoolExecutor
 
-                with ThreadPoolExecutor(len(self.sessions)) as pool:
-                    list(pool.map(run, range(len(self.sessions))))
+                with ThreadPoolExecutor(running) as pool:
+                    list(pool.map(run, range(running)))
         return out
 
 
