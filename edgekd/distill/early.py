@@ -3,12 +3,13 @@
 Under a time budget the teacher labels the augmented rows chunk by chunk, which took
 ~46% of a default SST-2 run on 2 cores (359 of 780 s), and the student could only
 start once the last chunk was in. The two scale differently with cores: labelling
-runs one single-thread onnxruntime session per core (1,448 rows/s on 2, 789 on 1:
-1.84×), while a BiLSTM step gains little from a second thread (1.39×: 3,598 against
-2,585 probe rows/s). So while the teacher labels on one core fewer, the student
-trains on the other, on the rows already labelled: side by side in one process they
-kept 0.64 and 0.43 of their 2-core speeds, 1.07× the work of taking turns
-(`python benchmarks/overlap.py` measures it on a task).
+runs one single-thread onnxruntime session per core (1,448 rows/s on 2, 789 on 1), while
+a BiLSTM step gains little from a second thread. So while the teacher labels on one
+core fewer, the student trains on the other, on the rows already labelled. In the
+default SST-2 run (`python benchmarks/distill_default.py --tasks sst2`, d402108) the
+passes stepped on ~2,190 rows/s on their one thread, as fast as the 2-thread epochs had
+run alone (2,186-2,258), while the teacher labelled 442 rows/s where it had labelled
+828 alone: ~1.5× the work of taking turns.
 
 Each early pass covers the training rows and the augmented rows labelled when it
 starts (whole chunks), in length-bucketed batches shuffled from (seed, pass); the
@@ -18,9 +19,12 @@ resolved config (`early_passes`: augmented rows, steps), and a run given them
 replays them on the same rows, without a budget and after labelling: the same seed
 gives the same student.
 
-Only the plain loop overlaps: one process, ONNX labelling, the loss on the logits
-alone (no training-time method, intermediate-layer loss or token states, which read
-more than the logits).
+Only the plain loop overlaps (`overlaps`): one process with a core to spare, a teacher
+runtime other than torch, one teacher, and a loss on the logits alone (no training-time
+method, intermediate-layer loss, token states or per-epoch schedule, which read more
+than the logits or change with the epoch). `auto` still labels under 20,000 rows
+with torch (`AUTO_MIN_ROWS`): those share torch's threads with the passes, for the
+seconds they take.
 """
 
 from __future__ import annotations
@@ -178,12 +182,14 @@ def early_passes(
     if (feed is None) == (replay is None):
         raise ValueError("early_passes takes a feed or a replay, not both")
     if feed is not None:
-        feed.training.set()
+        # Labelling keeps every core until there is something to train on: the training
+        # split is its first (61,399 SST-2 rows, 74 s on one core when it did not).
         while feed.split("train") is None and not feed.done.is_set():
             time.sleep(POLL_S)
         train_logits = feed.split("train")
         if train_logits is None or feed.done.is_set():
             return []  # labelling ended first (or failed): nothing to overlap
+        feed.training.set()
     assert train_logits is not None
     ids = tok.packed_ids(list(texts))
     lengths = ids.lengths()

@@ -125,7 +125,9 @@ def test_a_changed_config_does_not_resume_and_names_the_field(
         ckpt.console, "print", lambda *a, **k: printed.append(" ".join(map(str, a)))
     )
     run_distill(cfg.model_copy(update={"lr": 0.01}), tmp_path / "s")
-    assert any("not resuming" in p and "config.lr (None → 0.01) changed" in p for p in printed), printed
+    assert any("not resuming" in p and "config.lr (None → 0.01) changed" in p for p in printed), (
+        printed
+    )
     printed.clear()
     # The same config as the last run's: it resumes (both its epochs done: none to train).
     run_distill(cfg.model_copy(update={"lr": 0.01}), tmp_path / "s")
