@@ -542,10 +542,11 @@ class DistillConfig(StrictModel):
     )
     seed: int = seed_field("Seed for subsampling, augmentation, init and batches")
     overlap: bool = Field(
-        True,
+        False,
         description="Under a time budget, train the student on the rows already labelled "
         "while the teacher labels the rest, on one core fewer (the early passes); the "
-        "passes run are written to early_passes.",
+        "passes run are written to early_passes. Off by default: on SST-2 it trained 1.6× "
+        "the rows but labelled fewer, and scored 0.5 points under.",
     )
     early_passes: list[EarlyPass] | None = Field(
         None,
@@ -577,6 +578,17 @@ class DistillConfig(StrictModel):
         if self.epochs is not None:
             return self.epochs
         return BUDGET_MAX_EPOCHS if self.time_budget is not None else DEFAULT_EPOCHS
+
+    @model_validator(mode="after")
+    def _early_passes_within_the_rows(self) -> DistillConfig:
+        cap, passes = self.augment.max_rows, self.early_passes or []
+        over = [p.augmented_rows for p in passes if cap is not None and p.augmented_rows > cap]
+        if over:
+            raise ValueError(
+                f"early_passes cover up to {max(over):,} augmented rows, above "
+                f"augment.max_rows {cap:,}; raise max_rows or drop early_passes"
+            )
+        return self
 
     @model_validator(mode="after")
     def _last_epoch_of_set_epochs(self) -> DistillConfig:

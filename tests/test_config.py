@@ -120,6 +120,22 @@ def test_validate_lists_the_valid_fields_when_a_field_is_unknown(raw, where, val
     assert where in str(e.value) and valid in str(e.value) and "\n" not in str(e.value)
 
 
+def test_early_passes_over_more_augmented_rows_than_the_cap_are_refused():
+    passes = [{"augmented_rows": 8_192, "steps": 40}, {"augmented_rows": 16_384, "steps": 9}]
+    with pytest.raises(EdgeKDError, match="cover up to 16,384 augmented rows, above augment"):
+        validate(
+            DistillConfig,
+            {"teacher": "t", "augment": {"max_rows": 10_000}, "early_passes": passes},
+            "x",
+        )
+    fits = validate(
+        DistillConfig,
+        {"teacher": "t", "augment": {"max_rows": 16_384}, "early_passes": passes},
+        "x",
+    )
+    assert [p.steps for p in fits.early_passes or []] == [40, 9]
+
+
 def test_export_formats_are_registered_components_and_builtins_keep_their_switch():
     with pytest.raises(EdgeKDError, match="int8 is not listed in formats: set int8: true"):
         validate(ExportConfig, {"formats": ["int8"]}, "export")

@@ -40,6 +40,7 @@ import torch
 
 from edgekd.config import DistillConfig
 from edgekd.data import bucketed_batches
+from edgekd.errors import EdgeKDError
 from edgekd.progress import console
 from edgekd.students.base import Student
 from edgekd.students.tokenizer import StudentTokenizer
@@ -210,7 +211,8 @@ def early_passes(
         for p in range(len(replay) if replay is not None else 1 << 30):
             if replay is not None:
                 rows, steps = replay[p]
-                soft = np.concatenate([train_logits, np.asarray(augmented_logits)[:rows]])
+                labelled = train_logits[:0] if augmented_logits is None else augmented_logits
+                soft = np.concatenate([train_logits, labelled[:rows]])
             else:
                 assert feed is not None
                 if feed.done.is_set():
@@ -221,9 +223,11 @@ def early_passes(
                     if not rows
                     else np.concatenate([train_logits, feed.augmented(rows)])
                 )
-            if len(soft) != n_train + rows:
-                have = f"{len(soft)} logits for {n_train + rows} rows"
-                raise ValueError(f"early pass {p + 1}: {have}")
+            if len(soft) != n_train + rows:  # a config's passes over rows this run lacks
+                raise EdgeKDError(
+                    f"early_passes[{p}] covers {rows:,} augmented rows; this run has "
+                    f"{len(soft) - n_train:,}: drop early_passes or restore augment.max_rows"
+                )
             targets = torch.from_numpy(np.ascontiguousarray(soft, np.float32))
             order = random.Random(cfg.seed * 100_003 + EARLY_SEED + p)
             batches = bucketed_batches(lengths[: n_train + rows].tolist(), cfg.batch_size, order)

@@ -111,6 +111,7 @@ def train_student(
     seconds_left: Callable[[], float] | None = None,
     until_plateau: bool = False,
     extend_to: int | None = None,
+    warm_start: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Fit `model` in place to `train_logits`; keep the epoch that scores best on
     `select` (or the last one when `select` is empty). `dev` is only recorded.
@@ -131,7 +132,9 @@ def train_student(
 
     Rows of `train` labelled NO_LABEL (augmented text) get the distillation term only.
     With `checkpoint`, each finished epoch is saved there and a matching checkpoint
-    found there is resumed (`distill.checkpoint`).
+    found there is resumed (`distill.checkpoint`). `warm_start()` trains `model` in
+    place before the first epoch (a config's early passes), unless a checkpoint is
+    resumed: its weights come after it.
     """
     from accelerate import Accelerator
     from accelerate.utils import set_seed
@@ -286,6 +289,18 @@ def train_student(
             checkpoint, match, accelerator.unwrap_model(model), optim, modules, generators,
             torch_generators=torch_generators,
         )  # fmt: skip
+    if warm_start is not None and resume.epoch == 0:
+        # Training that comes before the epochs (a config's early passes), unless a
+        # checkpoint holds epochs trained after it. The averages start from its weights.
+        warm_start()
+        if averaged is not None:
+            averaged = weight_average(accelerator.unwrap_model(model), cfg.ema, len(loader))
+            modules["ema"] = averaged
+        if over_epochs is not None:
+            over_epochs = copy.deepcopy(
+                averaged.module if averaged is not None else accelerator.unwrap_model(model)
+            )
+            modules["epoch_average"] = over_epochs
     best_acc, best_epoch, best_state, history = (
         resume.best_acc,
         resume.best_epoch,

@@ -223,10 +223,9 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     checkpoint = checkpoint_dir(out_dir)
     plan = AugmentedPlan(limit=cfg.augment.max_rows)
     train_rate = None
-    # A checkpoint of this config holds epochs trained after its early passes.
-    resumed = ckpt.planned_fields(checkpoint, cfg)
     feed = None
     if clock is not None:
+        resumed = ckpt.planned_fields(checkpoint, cfg)
         if resumed is not None:  # an interrupted run's plan: resume it, do not re-plan
             cfg = cfg.model_copy(update=resumed)
             plan = AugmentedPlan(limit=cfg.augment.max_rows)
@@ -253,6 +252,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     # its clock decides how many augmented rows fit, so all train on one transfer set.
     states: dict[str, TokenStates] = {}  # with `token_states`: the training rows'
     passes: list[tuple[int, int]] = []
+    passes_rng = torch.get_rng_state()  # labelling draws none; the early passes start here
     if feed is None:
         logits, hits, runtime = teacher_labels(
             cfg, splits, teacher, teacher_tok, task.label_names, OnnxLabelers, plan,
@@ -308,15 +308,21 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     if feed is not None:  # the passes run are part of the student: its config reruns them
         done = [EarlyPass(augmented_rows=r, steps=n) for r, n in passes]
         cfg = cfg.model_copy(update={"early_passes": done})
-    elif cfg.early_passes and resumed is None:  # a config that records them: the same passes
-        t = time.perf_counter()
-        early_passes(
-            cfg, student, tok, transfer.texts, transfer.labels, len(train),
-            replay=[(p.augmented_rows, p.steps) for p in cfg.early_passes],
-            train_logits=logits["train"],
-            augmented_logits=logits.get("augmented"),
-        )  # fmt: skip
-        seconds["early_passes"] = time.perf_counter() - t
+    warm_start = None
+    if feed is None and cfg.early_passes:  # a config that records them: the same passes
+
+        def warm_start() -> None:
+            # From the generator state the recording run's passes started from (they
+            # drew dropout masks from it), back to the loop's after them.
+            t, loop_rng = time.perf_counter(), torch.get_rng_state()
+            torch.set_rng_state(passes_rng)
+            early_passes(
+                cfg, student, tok, transfer.texts, transfer.labels, len(train),
+                replay=[(p.augmented_rows, p.steps) for p in cfg.early_passes or []],
+                train_logits=logits["train"], augmented_logits=logits.get("augmented"),
+            )  # fmt: skip
+            torch.set_rng_state(loop_rng)
+            seconds["early_passes"] = time.perf_counter() - t
 
     t = time.perf_counter()
     pairs = not isinstance(train.texts[0], str)
@@ -348,6 +354,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         seconds_left=None if clock is None else lambda: clock.left() - RESERVE_S,
         until_plateau=bought_epochs,
         extend_to=extend_to,
+        warm_start=warm_start,
     )
     seconds["train"] = time.perf_counter() - t
     cut, part = fit.pop("cut_for_time"), fit.pop("last_epoch_steps")

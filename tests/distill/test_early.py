@@ -16,6 +16,7 @@ from edgekd.config import AugmentConfig, DataConfig, DistillConfig
 from edgekd.distill import labeling
 from edgekd.distill.early import LabelFeed, early_passes, overlaps, run_labelling
 from edgekd.distill.labeling import AugmentedPlan, Meter, label_chunks
+from edgekd.errors import EdgeKDError
 from edgekd.registry import STUDENTS
 
 # One length (the same four words in 24 orders): one-length batches are then full, 5 of
@@ -196,7 +197,8 @@ def test_label_chunks_puts_each_chunk_in_the_feed_and_stops_when_asked(tmp_path,
 
 
 def test_overlaps_only_the_plain_loop_of_one_process_with_a_core_to_spare():
-    plain = _cfg(time_budget=10.0)
+    assert not overlaps(_cfg(time_budget=10.0), processes=1, cores=2)  # off by default
+    plain = _cfg(time_budget=10.0, overlap=True)
     assert overlaps(plain, processes=1, cores=2)
     assert not overlaps(plain, processes=2, cores=2)  # accelerate launch
     assert not overlaps(plain, processes=1, cores=1)  # no core to spare
@@ -210,7 +212,7 @@ def test_overlaps_only_the_plain_loop_of_one_process_with_a_core_to_spare():
         {"augment": AugmentConfig(methods=["tang", "mixup"])},  # a training-time method
         {"loss": {"name": "annealing"}, "epochs": 20},  # its first epochs: another loss
     ):
-        assert not overlaps(_cfg(**{"time_budget": 10.0, **change}), 1, 2), change
+        assert not overlaps(_cfg(**{"time_budget": 10.0, "overlap": True, **change}), 1, 2), change
 
 
 def test_run_distill_overlapped_records_its_passes_and_its_config_reruns_to_it(
@@ -238,6 +240,7 @@ def test_run_distill_overlapped_records_its_passes_and_its_config_reruns_to_it(
         teacher=str(tiny_teacher), data=DataConfig(spec=str(tiny_data)), epochs=2,
         batch_size=16, student={"name": "bilstm", "options": SMALL_BILSTM},
         augment=AugmentConfig(methods=["mask", "ngram"], n_iter=3), time_budget=30.0,
+        overlap=True,
     )  # fmt: skip
     m = stage.distill(cfg, tmp_path / "a")
     resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
@@ -249,3 +252,37 @@ def test_run_distill_overlapped_records_its_passes_and_its_config_reruns_to_it(
     assert again.seconds["early_passes"] > 0  # replayed, not overlapped: no budget
     a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in "ab")
     assert all((a[k] == b[k]).all() for k in a)
+
+
+def test_early_passes_replayed_over_rows_the_run_lacks_are_refused_naming_the_fix(teacher):
+    cfg = _cfg()
+    model, tok = _student(cfg, teacher)
+    with pytest.raises(EdgeKDError, match=r"early_passes\[0\] covers 60 augmented rows; this"):
+        early_passes(
+            cfg, model, tok, TEXTS, [0] * 120, N_TRAIN, replay=[(60, 2)],
+            train_logits=_logits(N_TRAIN, 0), augmented_logits=_logits(40, 1),
+        )  # fmt: skip
+
+
+def test_resumed_replay_run_does_not_replay_its_passes_over_the_checkpoint(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # A config with early passes, killed after its epochs were checkpointed: the rerun
+    # resumes the checkpoint's weights, which came after the passes; replaying them
+    # again would only cost their time (and, were the loop to use them, change nothing).
+    from edgekd.stages import distill as stage
+
+    calls = []
+    real = stage.early_passes
+    monkeypatch.setattr(stage, "early_passes", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(stage, "discard_checkpoint", lambda out: None)
+    cfg = DistillConfig(
+        teacher=str(tiny_teacher), data=DataConfig(spec=str(tiny_data)), epochs=2,
+        batch_size=16, student={"name": "bilstm", "options": SMALL_BILSTM},
+        augment=AugmentConfig(methods=["mask", "ngram"], n_iter=3), time_budget=None,
+        early_passes=[{"augmented_rows": 0, "steps": 4}],
+    )  # fmt: skip
+    stage.distill(cfg, tmp_path / "s")
+    assert calls == [1]
+    again = stage.distill(cfg, tmp_path / "s")  # both epochs in the checkpoint
+    assert calls == [1] and "early_passes" not in again.seconds
