@@ -113,6 +113,32 @@ def test_onnx_predictor_workers_give_the_same_logits_as_one_session(export_dir):
     np.testing.assert_array_equal(two.logits(texts, "labelling"), one)
 
 
+def test_onnx_predictor_runs_the_sessions_active_asks_for_at_each_call(export_dir, monkeypatch):
+    import numpy as np
+
+    from edgekd.students.predict import OnnxPredictor
+
+    texts = [f"good movie number {i}" * (i % 4 + 1) for i in range(37)]
+    running = [2]
+    model = OnnxPredictor(
+        export_dir / "model.int8.onnx", batch_size=4, workers=2, active=lambda: running[0]
+    )
+    calls = [0, 0]
+    for n, session in enumerate(model.sessions):
+
+        def spy(outputs, feed, n=n, run=session.run):
+            calls[n] += 1
+            return run(outputs, feed)
+
+        monkeypatch.setattr(session, "run", spy)
+    both = model.logits(texts)
+    batches = sum(calls)
+    assert calls[0] and calls[1]  # both sessions ran
+    running[0], calls[:] = 1, [0, 0]  # e.g. the student now trains on the other core
+    np.testing.assert_array_equal(model.logits(texts), both)
+    assert calls == [batches, 0]  # every batch on the first session
+
+
 def test_onnx_predictor_batches_long_rows_fewer_at_a_time(export_dir, monkeypatch):
     import numpy as np
 
