@@ -9,7 +9,10 @@ core fewer, the student trains on the other, on the rows already labelled. In th
 default SST-2 run (`python benchmarks/distill_default.py --tasks sst2`, d402108) the
 passes stepped on ~2,190 rows/s on their one thread, as fast as the 2-thread epochs had
 run alone (2,186-2,258), while the teacher labelled 442 rows/s where it had labelled
-828 alone: ~1.5× the work of taking turns.
+828 alone: ~1.5× the work of taking turns. It is still off by default (`overlap`):
+the student is bound by distinct rows, and on one core the teacher labelled 156-213k
+of SST-2's ~223k variants where alone it labels 180-223k; the 3-seed median fell from
+0.8750 to 0.8704 through the bundle (docs/benchmarks/distillation.md).
 
 Each early pass covers the training rows and the augmented rows labelled when it
 starts (whole chunks), in length-bucketed batches shuffled from (seed, pass); the

@@ -60,9 +60,10 @@ class ScriptedFeed(LabelFeed):
         super().__init__(cores=2)
         self.put("train", train)
         self.pending, self.arrivals, self.last = list(chunks), list(arrivals), last
+        self.steps = 0
 
     def stepped(self):
-        self.steps = getattr(self, "steps", 0) + 1
+        self.steps += 1
         while self.arrivals and self.steps >= self.arrivals[0]:
             self.arrivals.pop(0)
             self.put_chunk(self.pending.pop(0))
