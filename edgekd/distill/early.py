@@ -117,8 +117,9 @@ class LabelFeed:
 def overlaps(cfg: DistillConfig, processes: int, cores: int) -> bool:
     """Whether this run trains early passes while its teacher labels: asked for
     (`overlap`, under a time budget, passes not given), one process with a core to
-    spare, ONNX labelling (a torch teacher would share torch's threads with the
-    student), one teacher, and a loss that reads the logits alone."""
+    spare, a teacher runtime other than torch (whose threads the student would share;
+    `auto` still picks torch for a small set, module docstring), one teacher, and a
+    loss that reads the logits alone."""
     from edgekd.distill.augment import methods_of_stage
     from edgekd.distill.trainer import build_loss
 
