@@ -3,6 +3,7 @@
     python benchmarks/distill_default.py [--shared ../shared] [--seeds 0 1 2]
         [--tasks [sst2] [cola]] [--no-growth] [--no-load]
         [--sweep 5 10 15 30 60 [--loaded] [--sweep-only]] [--quickstart[-only]]
+        [--lever FIELD=VALUE ...]
 
 Per task and seed, from a cold teacher-logit cache (a fresh $EDGEKD_CACHE per run),
 the commands of the README, each in its own process:
@@ -40,6 +41,13 @@ teacher's and the student's profiles, the budget check), then `edgekd bundle` of
 export, scored like the runs above; the quickstart's wall, its check's exit code and
 its distill's epochs beside. `--quickstart-only`: that section alone (the others keep
 their last results).
+
+`--lever FIELD=VALUE` (repeatable; each one arm): the lever ablation on this path.
+Per task and seed, the default run and the same with `-s FIELD=VALUE`, one after the
+other (side by side in one benchmark run, so both arms meet the same machine), each
+scored through its bundle like the rest. The default arm's runs are the default-budget
+section's (one run serves both). Each (task, arm, revision) row is kept beside the
+others, measured or not at this revision.
 
 Writes benchmarks/results/distill_default.json and distill_default.md.
 EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
@@ -344,6 +352,10 @@ def main() -> None:
     p.add_argument("--sweep-only", action="store_true")
     p.add_argument("--quickstart", action="store_true", help="Also run `edgekd quickstart`.")
     p.add_argument("--quickstart-only", action="store_true")
+    p.add_argument(
+        "--lever", action="append", default=[], metavar="FIELD=VALUE",
+        help="An arm beside the defaults on the same seeds (repeat for more arms).",
+    )  # fmt: skip
     args = p.parse_args()
     args.seeds = args.seeds[: smoke.at_most(len(args.seeds), smoke.REPEATS)]
     shared = args.shared.resolve()
@@ -352,7 +364,10 @@ def main() -> None:
     tasks: dict[str, Any] = {}
     sweep: dict[str, Any] = {}
     quick: dict[str, Any] = {}
+    levers: dict[str, Any] = {}
     for task in args.tasks:
+        if args.lever:
+            levers.update(lever_section(task, shared, args, env))
         if args.sweep:
             sweep.update(budget_sweep(task, shared, args, env))
         if args.quickstart or args.quickstart_only:
@@ -393,6 +408,7 @@ def main() -> None:
         "tasks": {**previous.get("tasks", {}), **tasks},
         "sweep": {**previous.get("sweep", {}), **sweep},
         "quickstart": {**previous.get("quickstart", {}), **quick},
+        "levers": {**previous.get("levers", {}), **levers},
     }
     if args.sweep_only or args.quickstart_only:
         args.no_growth = args.no_load = True
@@ -442,6 +458,33 @@ def task_teacher(task: str, shared: Path, env: dict[str, str]) -> Path:
     if task == "sst2":
         return shared / "models" / "sst2-minilm-teacher"
     return cola_teacher(shared, env)
+
+
+def lever_section(task: str, shared: Path, args: argparse.Namespace, env: dict) -> dict:
+    """Per seed, the default run then each lever's (side by side: the same machine,
+    minutes apart): rows keyed `task | arm | revision`, the defaults' arm included."""
+    data, teacher = shared / "data" / task, task_teacher(task, shared, env)
+    t_scores, _ = teacher_scores(teacher, data)
+    arms: dict[str, list[dict]] = {"defaults": [], **{lever: [] for lever in args.lever}}
+    for seed in args.seeds:
+        for arm, runs in arms.items():
+            settings = () if arm == "defaults" else (arm,)
+            runs.append(one_run(task, teacher, data, seed, env, settings=settings))
+    med = statistics.median
+    return {
+        f"{task} | {arm} | {revision()}": {
+            "revision": revision(),
+            "teacher": t_scores,
+            "runs": runs,
+            "median": {
+                **median_scores(runs, t_scores),
+                "epochs_run": med(r["epochs_run"] for r in runs),
+                "n_augmented": med(r["n_augmented"] for r in runs),
+                "bundle_bytes": med(r["bundle_bytes"] for r in runs),
+            },
+        }
+        for arm, runs in arms.items()
+    }
 
 
 def budget_sweep(task: str, shared: Path, args: argparse.Namespace, env: dict) -> dict:
@@ -544,6 +587,26 @@ def write(result: dict[str, Any]) -> None:
                 f"{m['accuracy']:.4f} | {m['mcc']:.3f} | {m['retention']:.1%} | "
                 f"{m['bundle_bytes']:,.0f} | {m['wall_s'] / 60:.1f} min | {each} | "
                 f"{t['revision']} | {cpus(t['runs'])} |"
+            )
+    if result.get("levers"):
+        lines += ["", "Levers on this path (`--lever FIELD=VALUE`): per seed the default run "
+                  "and the same with `-s FIELD=VALUE`, side by side in one benchmark run; "
+                  "scored through the int8 bundle; medians over seeds.", "",
+                  "| task | arm | seeds | bundle acc | MCC | retention | each seed (epochs, "
+                  "augmented rows) | bundle bytes | revision | CPU |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for key, row in result["levers"].items():
+            task, arm, _ = key.split(" | ")
+            m = row["median"]
+            each = ", ".join(
+                f"{r['student']['accuracy']:.4f} ({r['epochs_run']} ep, {r['n_augmented']:,})"
+                for r in row["runs"]
+            )
+            lines.append(
+                f"| {task} | {'defaults' if arm == 'defaults' else f'`{arm}`'} | "
+                f"{len(row['runs'])} | {m['accuracy']:.4f} | {m['mcc']:.3f} | "
+                f"{m['retention']:.1%} | {each} | {m['bundle_bytes']:,.0f} | "
+                f"{row['revision']} | {cpus(row['runs'])} |"
             )
     if "growth" in result:
         lines += ["", "Cost growth (4,000 SST-2 rows, tang over every row, one epoch, "
