@@ -470,20 +470,24 @@ def lever_section(task: str, shared: Path, args: argparse.Namespace, env: dict) 
         for arm, runs in arms.items():
             settings = () if arm == "defaults" else (arm,)
             runs.append(one_run(task, teacher, data, seed, env, settings=settings))
-    med = statistics.median
     return {
-        f"{task} | {arm} | {revision()}": {
-            "revision": revision(),
-            "teacher": t_scores,
-            "runs": runs,
-            "median": {
-                **median_scores(runs, t_scores),
-                "epochs_run": med(r["epochs_run"] for r in runs),
-                "n_augmented": med(r["n_augmented"] for r in runs),
-                "bundle_bytes": med(r["bundle_bytes"] for r in runs),
-            },
-        }
+        f"{task} | {arm} | {revision()}": row_of(
+            runs, t_scores, "epochs_run", "n_augmented", "bundle_bytes"
+        )
         for arm, runs in arms.items()
+    }
+
+
+def row_of(runs: list[dict], teacher: dict[str, float], *medians: str) -> dict:
+    """One table row of `runs`: their scores' medians and those of the `medians` keys."""
+    return {
+        "revision": revision(),
+        "teacher": teacher,
+        "runs": runs,
+        "median": {
+            **median_scores(runs, teacher),
+            **{key: statistics.median(r[key] for r in runs) for key in medians},
+        },
     }
 
 
@@ -492,22 +496,11 @@ def budget_sweep(task: str, shared: Path, args: argparse.Namespace, env: dict) -
     data, teacher = shared / "data" / task, task_teacher(task, shared, env)
     t_scores, _ = teacher_scores(teacher, data)
     rows = {}
-    med = statistics.median
     for minutes in args.sweep:
         runs = [one_run(task, teacher, data, seed, env, minutes, args.loaded)
                 for seed in args.seeds]  # fmt: skip
         key = f"{task} | {'loaded' if args.loaded else 'quiet'} | {minutes:g} min"
-        rows[key] = {
-            "revision": revision(),
-            "teacher": t_scores,
-            "runs": runs,
-            "median": {
-                **median_scores(runs, t_scores),
-                "epochs_run": med(r["epochs_run"] for r in runs),
-                "n_augmented": med(r["n_augmented"] for r in runs),
-                "used_of_granted": med(r["used_of_granted"] for r in runs),
-            },
-        }
+        rows[key] = row_of(runs, t_scores, "epochs_run", "n_augmented", "used_of_granted")
     return rows
 
 

@@ -242,7 +242,7 @@ def collect_metrics(dirs: list[Path], budget: Budget) -> dict[str, float | None]
             continue
         report = ExportReport.read(d)
         if model not in report.models and report.int8_refused:
-            # The export's guard dropped int8 (not faster than fp32 on its CPU): what
+            # The export's guard dropped int8 (slower than fp32 on its CPU): what
             # the budget gates does not exist, so every limit on it fails (exit 1).
             from edgekd.progress import console
 

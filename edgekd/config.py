@@ -832,7 +832,7 @@ class ExportConfig(StrictModel):
     # default, under a --config file's (edgekd.resolve).
     int8: StrictBool = Field(
         True,
-        description="Also write model.int8.onnx (kept only if it beats fp32; see guard).",
+        description="Also write model.int8.onnx (refused if slower than fp32; see guard).",
         json_schema_extra={"command_line": False},
     )
     int8_mode: Int8Mode = Field(
@@ -856,7 +856,9 @@ class ExportConfig(StrictModel):
         description="Static int8: training rows run for calibration (rows).",
     )
     guard: bool = Field(
-        True, description="Time int8 against fp32 here; keep int8 only if it is faster."
+        True,
+        description="Time int8 against fp32 here; refuse int8 if it runs at least 1.25× "
+        "fp32's latency (then try the other presets and formats).",
     )
     max_int8_drop: float | None = Field(
         None,

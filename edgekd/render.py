@@ -319,7 +319,7 @@ def print_export(r: ExportReport, out: Path) -> None:
             f"agreement with PyTorch {m.agreement:.4f}"
         )
     if r.int8_refused:
-        echo("int8: not kept, it was not faster than fp32 here (export.json says why)")
+        echo("int8: not kept, it ran slower than fp32 here (export.json says why)")
     if r.e2e is not None:
         # The batch sizes the export checked (1, 8 and 32); an older export's, 1 alone.
         sizes = list(r.e2e.max_probability_diff_by_batch) or ["1"]

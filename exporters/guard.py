@@ -1,10 +1,12 @@
-"""int8 must beat fp32: time them side by side and keep int8 only where it is faster.
+"""int8 must not lose to fp32: time them side by side and refuse int8 where it is slower.
 
 The most common complaint about ONNX int8 is that it runs slower than fp32 on the
 user's CPU (tiny matrices where quantize/dequantize overhead dominates, a kernel
 path the CPU lacks). So every int8 candidate is timed against fp32 in the same
-process, alternating, on the same input; the fastest candidate that beats fp32
-wins, and if none does, int8 is refused with the measured reason.
+process, alternating, on the same input. int8 is asked for its size as much as its
+speed (a quarter of fp32's weights), so a candidate is kept unless it is slower than
+fp32 past what such timings swing (`SLOWER`); if none holds, int8 is refused with the
+measured reason.
 """
 
 from __future__ import annotations
@@ -16,6 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+# int8 is refused when it takes at least this many times fp32's latency. Sub-millisecond
+# timings on a shared 2-core machine swing more than a strict "faster" can read: the
+# default BiLSTM's dynamic int8 graph (SST-2, 1.1 MB against fp32's 4.4 MB) timed at
+# 1.14× fp32's latency for one seed and 0.79× for another on the same CPU (30b4246), so
+# "faster only" shipped fp32 in 2 of 6 exports and a 1.9 MB static graph (its LSTM
+# left fp32) for a 1.02× "speed-up" in 2 more. A real slowdown (a CPU without the
+# kernels, 1.5-3×) still refuses it.
+SLOWER = 1.25
 
 # (paths, feed) → median latency in ms per path, measured side by side
 Timer = Callable[[dict[str, Path], dict[str, np.ndarray]], dict[str, float]]
@@ -83,17 +94,19 @@ def pick_fastest_int8(
 ) -> dict[str, Any]:
     """Time fp32 and every int8 candidate; return the decision with its evidence.
 
-    `chosen` is the fastest candidate strictly faster than fp32, or None (refuse int8).
+    `chosen` is the fastest candidate whose latency is under `SLOWER` × fp32's, or
+    None (refuse int8). `speedup_vs_fp32` is fp32's latency ÷ the chosen one's (under
+    1 where int8 was kept at a speed within the timings' swing).
     """
     ms = (timer or side_by_side)({"fp32": fp32, **candidates}, feed)
     best = min(candidates, key=lambda name: ms[name])
-    decision: dict[str, Any] = {"latency_ms": ms, "chosen": None}
-    if ms[best] < ms["fp32"]:
+    decision: dict[str, Any] = {"latency_ms": ms, "chosen": None, "slower_refused_at": SLOWER}
+    if ms[best] < SLOWER * ms["fp32"]:
         decision["chosen"] = best
         decision["speedup_vs_fp32"] = ms["fp32"] / ms[best]
     else:
         decision["reason"] = (
-            f"no int8 variant beat fp32 on this CPU: fastest {best} {ms[best]:.3f} ms vs "
-            f"fp32 {ms['fp32']:.3f} ms; shipping fp32"
+            f"every int8 variant ran at least {SLOWER:g}× fp32's latency on this CPU: "
+            f"fastest {best} {ms[best]:.3f} ms vs fp32 {ms['fp32']:.3f} ms; shipping fp32"
         )
     return decision

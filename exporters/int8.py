@@ -1,5 +1,5 @@
 """The `int8` export format: quantize the fp32 graph as configured, repair accuracy,
-then keep int8 only if it beats fp32 on this CPU (the guard)."""
+then keep int8 unless it runs slower than fp32 on this CPU (the guard)."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def make_int8(
     configured = f"{mode}/{preset}"
     decision = pick_fastest_int8(fp32, {configured: int8}, feed)
     if decision["chosen"] is None:
-        # The configured int8 lost to fp32 here: try every other preset and format.
+        # The configured int8 ran slower than fp32 here: try every other preset and format.
         alternatives = {}
         for other in ("dynamic", "static"):
             for name in PRESETS:
@@ -136,8 +136,8 @@ def make_int8(
         console.print(f"int8 refused: {decision['reason']}")
         return None
     console.print(
-        f"int8 guard: {decision['chosen']} is {decision['speedup_vs_fp32']:.2f}× faster "
-        "than fp32 here"
+        f"int8 guard: {decision['chosen']} runs at {decision['speedup_vs_fp32']:.2f}× fp32's "
+        f"speed here (refused under 1/{decision['slower_refused_at']:g})"
     )
     return entry
 

@@ -28,8 +28,8 @@ def export(
         ExportConfig,
         "int8",
         "--int8",
-        help="Also write model.int8.onnx: dynamic int8 unless --int8-mode static; kept only "
-        "if it beats fp32 on this CPU (see --guard).",
+        help="Also write model.int8.onnx: dynamic int8 unless --int8-mode static; refused "
+        "if it runs slower than fp32 on this CPU (see --guard).",
         default=OFF,
     ),
     int8_mode: Int8Mode = field(
@@ -67,7 +67,7 @@ def export(
         ExportConfig,
         "guard",
         "--guard/--no-guard",
-        help="Keep int8 only if it beats fp32 on this CPU.",
+        help="Refuse int8 if it runs at least 1.25× fp32's latency on this CPU.",
     ),
     max_int8_drop: float | None = field(
         ExportConfig, "max_int8_drop", "--max-int8-drop", default="none: no repair"

@@ -101,6 +101,20 @@ def test_guard_keeps_fp32_when_int8_is_slower(tmp_path):
     assert decision["chosen"] is None and "shipping fp32" in decision["reason"]
 
 
+@pytest.mark.parametrize(
+    ("int8_ms", "chosen"),
+    [(2.2, "dynamic/avx2"), (2.49, "dynamic/avx2"), (2.5, None)],  # SLOWER × 2.0 = 2.5
+)
+def test_guard_keeps_int8_when_its_latency_is_within_the_timings_swing(tmp_path, int8_ms, chosen):
+    def timer(paths, feed):
+        return {name: (2.0 if name == "fp32" else int8_ms) for name in paths}
+
+    decision = pick_fastest_int8(tmp_path / "f", {"dynamic/avx2": tmp_path / "q"}, {}, timer)
+    assert decision["chosen"] == chosen
+    if chosen:  # kept for its size at 2.0 / 2.2 = 0.91× fp32's speed
+        assert decision["speedup_vs_fp32"] == pytest.approx(2.0 / int8_ms)
+
+
 def test_guard_picks_the_fastest_int8_that_beats_fp32(tmp_path):
     speeds = {"fp32": 2.0, "dynamic/avx2": 2.5, "static/arm64": 1.0, "dynamic/arm64": 1.5}
     paths = {name: tmp_path / name for name in speeds if name != "fp32"}

@@ -39,11 +39,31 @@ def test_guard_refuses_int8_that_is_slower_and_ships_fp32(student, tmp_path, mon
     assert saved["int8_refused"] is True
 
 
+def test_guard_keeps_the_configured_int8_when_slower_within_the_swing(
+    student, tmp_path, monkeypatch
+):
+    import edgekd.exporters.guard as guard
+
+    timed = []
+
+    def int8_a_little_slower(paths, feed):  # 1.1× fp32's latency: under SLOWER (1.25×)
+        timed.append(sorted(paths))
+        return {name: 1.0 if name == "fp32" else 1.1 for name in paths}
+
+    monkeypatch.setattr(guard, "side_by_side", int8_a_little_slower)
+    report = run_export(ExportConfig(preset="avx2"), student, tmp_path / "e")
+    int8 = report["models"]["int8"]
+    assert not report["int8_refused"] and (tmp_path / "e" / INT8).is_file()
+    assert int8["quantizer"]["preset"] == "avx2" and int8["guard"]["chosen"] == "dynamic/avx2"
+    assert timed == [["dynamic/avx2", "fp32"]]  # no other preset was tried
+
+
 def test_guard_swaps_in_a_faster_preset(student, tmp_path, monkeypatch):
     import edgekd.exporters.guard as guard
 
-    def arm_wins(paths, feed):
-        return {name: 0.5 if name == "dynamic/arm64" else 2.0 for name in paths}
+    def arm_wins(paths, feed):  # the configured avx2 at 2× fp32's latency: past SLOWER
+        speeds = {"fp32": 1.0, "dynamic/arm64": 0.5}
+        return {name: speeds.get(name, 2.0) for name in paths}
 
     monkeypatch.setattr(guard, "side_by_side", arm_wins)
     report = run_export(ExportConfig(preset="avx2"), student, tmp_path / "e")
