@@ -24,7 +24,7 @@ import numpy as np
 # default BiLSTM's dynamic int8 graph (SST-2, 1.1 MB against fp32's 4.4 MB) timed at
 # 1.14× fp32's latency for one seed and 0.79× for another on the same CPU (30b4246), so
 # "faster only" shipped fp32 in 2 of 6 exports and a 1.9 MB static graph (its LSTM
-# left fp32) for a 1.02× "speed-up" in 2 more. A real slowdown (a CPU without the
+# left fp32) for a 1.02-1.17× "speed-up" in 3 more. A real slowdown (a CPU without the
 # kernels, 1.5-3×) still refuses it.
 SLOWER = 1.25
 

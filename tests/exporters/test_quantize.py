@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 from pathlib import Path
 
@@ -120,6 +121,16 @@ def test_guard_picks_the_fastest_int8_that_beats_fp32(tmp_path):
     paths = {name: tmp_path / name for name in speeds if name != "fp32"}
     decision = pick_fastest_int8(tmp_path / "f", paths, {}, lambda p, f: {n: speeds[n] for n in p})
     assert decision["chosen"] == "static/arm64" and decision["speedup_vs_fp32"] == 2.0
+
+
+def test_guard_help_and_option_name_the_bound_the_guard_applies():
+    from edgekd.cli.export import export
+    from edgekd.config import ExportConfig
+    from edgekd.exporters.guard import SLOWER
+
+    bound = f"{SLOWER:g}×"
+    assert bound in (ExportConfig.model_fields["guard"].description or "")
+    assert bound in inspect.signature(export).parameters["guard"].default.help
 
 
 def test_accuracy_repair_keeps_the_sensitive_node_in_fp32(tmp_path):
