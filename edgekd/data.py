@@ -545,6 +545,14 @@ def _label_key(value: Any) -> str | None:
     return str(int(number)) if number.is_integer() else repr(number)
 
 
+def _integer(key: str) -> bool:
+    """Whether `int(key)` reads it: an optional minus, then decimal digits. Not
+    `isdigit`, which also holds for '²' (int refuses it), nor a `lstrip("-")`, which
+    passes '--3'."""
+    digits = key[1:] if key.startswith("-") else key
+    return digits.isdecimal()
+
+
 def _label_names(train: RawSplit) -> list[str]:
     if train.label_names is not None:
         return train.label_names
@@ -553,7 +561,7 @@ def _label_names(train: RawSplit) -> list[str]:
         row = next(i for i, v in enumerate(train.labels) if _label_key(v) is None)
         raise EdgeKDError(f"{train.where(row)} has no label; fill it in or drop the row")
     names = {k for k in keys if k is not None}
-    if all(k.lstrip("-").isdigit() for k in names):
+    if all(_integer(k) for k in names):
         return sorted(names, key=int)
     return sorted(names)
 

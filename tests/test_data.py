@@ -36,6 +36,15 @@ def test_load_task_orders_integer_labels_numerically(tmp_path: Path):
     assert task.dev.texts[0] == "a, quoted, text" and task.dev.labels == [10, 2]
 
 
+@pytest.mark.parametrize("odd", ["²", "--3", "-"])
+def test_load_task_sorts_labels_as_text_when_one_only_looks_numeric(tmp_path: Path, odd):
+    # '²'.isdigit() holds and '--3'.lstrip("-") is digits, but int() reads neither.
+    rows = "text,label\n" + "".join(f"row {i},{[1, 10, odd][i % 3]}\n" for i in range(30))
+    (tmp_path / "train.csv").write_text(rows)
+    (tmp_path / "dev.csv").write_text("text,label\nplain,1\n")
+    assert load(tmp_path).label_names == sorted(["1", "10", odd])
+
+
 def test_load_task_reads_jsonl_with_string_labels_and_other_scripts(tmp_path: Path):
     recs = [
         {"review": "とても良い映画", "sentiment": "pos"},
