@@ -3,13 +3,32 @@ built here (nothing downloaded), plus the path to ../shared when it is present."
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import edgekd  # noqa: F401  (first: it turns on MKL's strict mode before torch computes)
+
+def _worker_cores() -> None:
+    """On a `pytest -n` worker, run on its own share of the cores: N workers on N cores
+    each take one, and the edgekd commands its tests start see one (edgekd sizes its
+    threads by the affinity mask). Without it each worker's torch runs a thread per core
+    beside the other's: the fast tier took 5.4 minutes on 2 workers, 3.7 on one."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if workers < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    share = len(cores) // workers
+    if share >= 1:
+        index = int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw"))
+        os.sched_setaffinity(0, cores[index * share : (index + 1) * share])
+
+
+_worker_cores()  # before torch is imported: its thread pool is sized from the mask
+
+import edgekd  # noqa: E402, F401  (first: it turns on MKL's strict mode before torch computes)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -25,6 +44,54 @@ SMALL_BILSTM = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
 FEW_VARIANTS = 4
 
 FILLER = ["the", "movie", "plot", "was", "a", "and", "film", "actors", "really", "very"]
+
+# How `pytest -n logical` (README) splits the suite over its workers: `--dist loadfile
+# --no-loadscope-reorder` (pyproject.toml), a test file per unit, in collection order,
+# but with the units below. The documentation's blocks (tests/test_readme.py) take 10 of
+# the full suite's 24 minutes serial on 2 cores, in one sandbox: as one unit, dealt late,
+# they outlast the rest of the suite on the other worker (18.4 minutes of wall in all).
+# Split in two halves, each in a sandbox of its own (a half starts from the README's
+# Step by step, as a page run alone with -k does) and dealt first, they don't.
+DOCS_GROUPS = ("docs-guides", "docs-benchmarks")
+# Benchmark pages whose commands read what a guide's wrote: profile_hygiene.py profiles
+# the students of `edgekd run examples/recipe-sst2-bilstm.yaml` (docs/guides/recipes.md).
+AFTER_GUIDES = ("docs/benchmarks/profiling.md",)
+
+
+def xdist_unit(nodeid: str) -> str:
+    """The unit a test is dealt to a worker in: its file, but a block of the docs in its
+    half (DOCS_GROUPS): the README's, the guides' and examples/ (with AFTER_GUIDES), or
+    the benchmark pages' and the lab notes'. A block's test id opens with its page."""
+    path, _, name = nodeid.partition("::")
+    if path != "tests/test_readme.py" or "[" not in name:
+        return path
+    page = name.partition("[")[2].partition(":")[0]
+    benchmarks = page.startswith(("docs/benchmarks/", "benchmarks/")) and page not in AFTER_GUIDES
+    return DOCS_GROUPS[1] if benchmarks else DOCS_GROUPS[0]
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: without pytest-xdist, never called
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` with xdist_unit's units. (xdist's `loadgroup` marks can't do it
+    under pytest 9.2: xdist 3.8 renames a grouped test through `item._nodeid`, which
+    pytest 9.2 no longer reads, so every test became its own unit.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None  # another --dist given on the command line: xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit(nodeid)
+
+    return Units(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker, the docs' halves first: workers report this order, and the
+    scheduler deals units in it (--no-loadscope-reorder). A stable sort, so each unit
+    keeps its tests' order (the docs' blocks build on each other)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: xdist_unit(item.nodeid) not in DOCS_GROUPS)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,9 @@ so `-k guides/devices.md` runs one page. Each line of a block is one command
 (backslash continuations joined, comment lines dropped). Blocks run in that order in one
 sandbox, so a block may use what an earlier one wrote, as a reader's checkout would hold
 it; a page's block run on its own first runs the README's Step by step, where the
-guides start. Markers: `<!-- setup -->` or `<!-- test -->` right before a block leaves
+guides start. Under `pytest -n` the blocks run in two halves (the README, guides and
+examples; the benchmark pages and notes), each in a sandbox of its own (xdist_unit in
+tests/conftest.py). Markers: `<!-- setup -->` or `<!-- test -->` right before a block leaves
 it to CI (below); any other `<!-- NAME -->` there names the block in its test id.
 ```text, ```yaml and ```python blocks are shown, not run (the README's Python API
 block runs in tests/test_api.py).
