@@ -45,7 +45,7 @@ FEW_VARIANTS = 4
 
 FILLER = ["the", "movie", "plot", "was", "a", "and", "film", "actors", "really", "very"]
 
-# How `pytest -n logical` (README) splits the suite over its workers: `--dist loadfile
+# How `pytest -n auto` (README) splits the suite over its workers: `--dist loadfile
 # --no-loadscope-reorder` (pyproject.toml), a test file per unit, in collection order,
 # but with the units below. The documentation's blocks (tests/test_readme.py) take 10 of
 # the full suite's 24 minutes serial on 2 cores, in one sandbox: as one unit, dealt late,
@@ -72,6 +72,14 @@ def xdist_unit(nodeid: str) -> str:
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: without pytest-xdist, never called
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: a worker per core this process may run on. xdist's own count asks
+    psutil, which reads the host's cores inside a container limited to a few (64
+    workers of ~2 GB each on a 2-core CI box); the affinity mask is what we get."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`--dist loadfile` with xdist_unit's units. (xdist's `loadgroup` marks can't do it
     under pytest 9.2: xdist 3.8 renames a grouped test through `item._nodeid`, which

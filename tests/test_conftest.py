@@ -1,4 +1,4 @@
-"""The suite's own machinery in conftest.py: how `pytest -n logical` splits it."""
+"""The suite's own machinery in conftest.py: how `pytest -n auto` splits it."""
 
 from __future__ import annotations
 
@@ -53,3 +53,8 @@ def test_worker_cores_leaves_the_mask_alone_when_alone_or_short_of_cores(monkeyp
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
     conftest._worker_cores()
     assert pinned == []  # a serial run, or more workers than cores: each keeps them all
+
+
+def test_auto_workers_are_the_cores_of_the_affinity_mask(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4, 5, 6}, raising=False)
+    assert conftest.pytest_xdist_auto_num_workers(None) == 3  # type: ignore[arg-type]
