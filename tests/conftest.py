@@ -49,7 +49,7 @@ FILLER = ["the", "movie", "plot", "was", "a", "and", "film", "actors", "really",
 # --no-loadscope-reorder` (pyproject.toml), a test file per unit, in collection order,
 # but with the units below. The documentation's blocks (tests/test_readme.py) take 10 of
 # the full suite's 24 minutes serial on 2 cores, in one sandbox: as one unit, dealt late,
-# they outlast the rest of the suite on the other worker (18.4 minutes of wall in all).
+# they outlast the rest of the suite on the other worker (18.4 minutes of wall, 24 serial).
 # Split in two halves, each in a sandbox of its own (a half starts from the README's
 # Step by step, as a page run alone with -k does) and dealt first, they don't: with the
 # workers pinned (_worker_cores), 10.9 minutes on a fresh clone (7dd2dc4).
