@@ -1,0 +1,226 @@
+"""Where `auto` labelling spends its fp32 calls, and what would spend fewer: margin rules
+and int8 teachers with parts left in fp32, on the rows a run labels most.
+
+    python benchmarks/labelling_margin.py [--rows 4000] [--splits 20] [--repeats 3]
+
+Rows: a seeded sample of SST-2's augmented candidates, made by the default augmentation
+(`tang`) from a seeded sample of training texts, deduplicated: the rows a budgeted run
+labels most, and where int8 disagrees with fp32 most (98.5% agreement on a run's
+calibration sample against 99.4% on training texts, benchmarks/results/labelling_load.md).
+
+Labellers, each as edgekd runs it (one single-thread onnxruntime session per core, rows
+in length-sorted batches of 64; PyTorch through `teacher_logits`): the reference
+teacher in PyTorch fp32, its fp32 ONNX (the reference every agreement is against), its
+dynamic int8 ONNX as `auto` quantizes it, and the same int8 with parts kept in fp32
+(`KEEP`: the lookups, the classifier, each layer's FFN output). Rows/s is the median of
+`--repeats` passes over the rows, the labellers interleaved pass by pass.
+
+Margin rules, per int8 labeller: as `calibrate` does, the relabel margin is picked on
+1,000 rows and measured on 1,000 others, over `--splits` random splits of the rows. The
+rule `auto` uses (`MARGIN_SLACK` × the largest int8 margin among the disagreements) and
+the same with the k-th largest (k disagreements of 1,000 left above it) and smaller
+slacks. Reported: the share of rows relabelled, the hybrid's agreement with fp32 (median
+and worst split), and the rows/s it implies, 1 / (1 / int8 + share / fp32), ×
+PyTorch's.
+
+Writes benchmarks/results/labelling_margin.{json,md}.
+EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import smoke  # benchmarks/ is on the path of its own scripts
+from distill_default import revision
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+TEACHER = SHARED / "models" / "sst2-minilm-teacher"
+DATA = SHARED / "data" / "sst2"
+PICK = 1_000  # rows that pick a margin, and rows that measure it: `calibrate`'s halves
+
+# Parts of the reference teacher (optimum's BERT export names them so) kept in fp32.
+LAYERS = 6
+
+
+def ffn_out(k: int) -> str:
+    return f"/bert/encoder/layer.{k}/output/dense/MatMul"
+
+
+KEEP: dict[str, Callable[[list[Any]], list[str]]] = {
+    "none": lambda nodes: [],
+    # Lookups cost no arithmetic: int8 saves bytes there, which a labeller does not need.
+    "lookups": lambda nodes: [n.name for n in nodes if n.op_type == "Gather"],
+    "classifier": lambda nodes: [n.name for n in nodes if n.op_type == "Gemm"],
+    "ffn-out, all layers": lambda nodes: [ffn_out(k) for k in range(LAYERS)],
+    **{f"ffn-out, layer {k}": (lambda nodes, k=k: [ffn_out(k)]) for k in range(LAYERS)},
+}
+RULES = [(k, slack) for k in (0, 1, 2, 4) for slack in (1.5, 1.25, 1.0)]
+
+
+def candidates(n_texts: int, rows: int) -> list[str]:
+    """`rows` deduplicated `tang` variants of `n_texts` seeded SST-2 training texts."""
+    from edgekd.config import AugmentConfig, DataConfig
+    from edgekd.data import load_task
+    from edgekd.distill.augment import build_augmenter, generate
+
+    task = load_task(DataConfig(spec=str(DATA)))
+    texts = random.Random(0).sample(list(task.train.texts), min(n_texts, len(task.train)))
+    resolved = AugmentConfig(methods=["tang"]).resolved(len(texts), None, True)
+    made = generate(texts, build_augmenter(resolved, texts, "[MASK]"), 20, 0)  # deduplicated
+    return random.Random(1).sample(made, min(rows, len(made)))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=4_000)
+    p.add_argument("--splits", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--keep", nargs="+", choices=list(KEEP), default=list(KEEP))
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    args = p.parse_args()
+    n_rows = smoke.rows(args.rows) or args.rows
+    splits = smoke.at_most(args.splits, 2)
+    repeats = smoke.at_most(args.repeats, 1)
+    keeps = smoke.pick(args.keep, ["none", "lookups"])
+    pick = min(PICK, n_rows // 2)
+
+    import onnx
+
+    from edgekd.config import DistillConfig
+    from edgekd.distill.labeling import margins
+    from edgekd.distill.teacher import load_teacher, teacher_logits
+    from edgekd.exporters.quantize import DynamicInt8Quantizer
+    from edgekd.exporters.teacher import export_teacher
+    from edgekd.students.predict import OnnxPredictor
+    from edgekd.threads import core_share
+
+    rows = candidates(max(n_rows // 4, 50), n_rows)
+    model, tok = load_teacher(str(TEACHER))
+    model = model.float().eval()
+    cfg = DistillConfig(teacher=str(TEACHER))
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "teacher"
+        fp32_path = export_teacher(str(TEACHER), folder)
+        nodes = list(onnx.load(str(fp32_path), load_external_data=False).graph.node)
+
+        def predictor(path: Path) -> OnnxPredictor:
+            return OnnxPredictor(
+                path, batch_size=cfg.teacher_batch_size, max_length=cfg.teacher_max_length,
+                threads=1, workers=core_share(),
+            )  # fmt: skip
+
+        fp32 = predictor(fp32_path)
+        labellers: dict[str, Callable[[], np.ndarray]] = {
+            "torch": lambda: teacher_logits(model, tok, rows, cfg.teacher_batch_size),
+            "fp32": lambda: fp32.logits(rows),
+        }
+        kept: dict[str, list[str]] = {}  # per int8 labeller, the nodes it keeps in fp32
+        for i, name in enumerate(keeps):
+            label = f"int8, fp32 {name}" if name != "none" else "int8"
+            kept[label] = KEEP[name](nodes)
+            path = folder / f"model.int8-{i}.onnx"  # beside its config and tokenizer
+            DynamicInt8Quantizer(exclude_nodes=kept[label]).quantize(fp32_path, path)
+            labellers[label] = lambda q=predictor(path): q.logits(rows)
+
+        rates: dict[str, list[float]] = {k: [] for k in labellers}
+        logits: dict[str, np.ndarray] = {}
+        for _ in range(repeats):  # interleaved: a drift in the machine's speed falls on all
+            for name, label in labellers.items():
+                started = time.perf_counter()
+                logits[name] = label()
+                rates[name].append(len(rows) / (time.perf_counter() - started))
+    rate = {k: statistics.median(v) for k, v in rates.items()}
+    ref = logits["fp32"]
+    gold = ref.argmax(1)
+
+    results: list[dict[str, Any]] = []
+    for name in labellers:
+        q = logits[name]
+        row: dict[str, Any] = {
+            "labeller": name, "rows_per_s": rate[name], "x_torch": rate[name] / rate["torch"],
+            "agreement": float((q.argmax(1) == gold).mean()),
+            "max_abs_diff": float(np.abs(q - ref).max()), "kept_fp32": kept.get(name, []),
+        }  # fmt: skip
+        if name.startswith("int8"):
+            row["rules"] = []
+            for k, slack in RULES:
+                shares, agrees = [], []
+                for s in range(splits):
+                    idx = np.random.default_rng(s).permutation(len(rows))
+                    a, b = idx[:pick], idx[pick : 2 * pick]
+                    wrong = np.sort(margins(q[a])[q[a].argmax(1) != gold[a]])[::-1]
+                    margin = slack * wrong[k] if k < len(wrong) else 0.0
+                    low = margins(q[b]) < margin
+                    hybrid = np.where(low[:, None], ref[b], q[b])
+                    shares.append(float(low.mean()))
+                    agrees.append(float((hybrid.argmax(1) == gold[b]).mean()))
+                share = statistics.median(shares)
+                hybrid_rate = 1.0 / (1.0 / rate[name] + share / rate["fp32"])
+                row["rules"].append(
+                    {
+                        "k": k, "slack": slack, "relabelled": share,
+                        "agreement_median": statistics.median(agrees),
+                        "agreement_worst": min(agrees), "rows_per_s": hybrid_rate,
+                        "x_torch": hybrid_rate / rate["torch"],
+                    }
+                )  # fmt: skip
+        results.append(row)
+        print(f"{name}: {rate[name]:.0f} rows/s, agreement {row['agreement']:.4f}", flush=True)
+
+    meta = {
+        "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores",
+        "cpu": platform.processor() or "unknown", "revision": revision(), "rows": len(rows),
+        "splits": splits, "repeats": repeats, "pick": pick, "smoke": smoke.SMOKE,
+    }  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "labelling_margin.json").write_text(
+        json.dumps({"meta": meta, "labellers": results}, indent=2) + "\n"
+    )
+    lines = [
+        "# Labelling: fp32 close calls, margin rules and fp32 parts (SST-2 candidates)",
+        "",
+        f"{meta['machine']}; revision {meta['revision']}; {len(rows):,} deduplicated `tang` "
+        f"variants; rows/s the median of {repeats} interleaved passes; agreement: argmax "
+        "against the fp32 ONNX teacher.",
+        "",
+        "| labeller | rows/s | × PyTorch | agreement | max abs logit diff |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {r['labeller']} | {r['rows_per_s']:.0f} | {r['x_torch']:.2f}× | "
+            f"{r['agreement']:.4f} | {r['max_abs_diff']:.3f} |"
+            for r in results
+        ),
+        "",
+        f"Margin rules: the relabel margin is slack × the k+1-th largest int8 margin among "
+        f"the disagreements on {pick:,} rows (k = 0, slack 1.5: `auto` today), measured on "
+        f"{pick:,} others, {splits} splits; rows/s = 1 / (1 / int8 + relabelled / fp32).",
+        "",
+        "| labeller | k | slack | relabelled | agreement (median) | agreement (worst) | "
+        "rows/s | × PyTorch |",
+        "|---|---|---|---|---|---|---|---|",
+        *(
+            f"| {r['labeller']} | {u['k']} | {u['slack']} | {u['relabelled']:.3f} | "
+            f"{u['agreement_median']:.4f} | {u['agreement_worst']:.4f} | "
+            f"{u['rows_per_s']:.0f} | {u['x_torch']:.2f}× |"
+            for r in results
+            for u in r.get("rules", [])
+        ),
+        "",
+    ]
+    (args.out / "labelling_margin.md").write_text(smoke.markdown("\n".join(lines)))
+
+
+if __name__ == "__main__":
+    main()
