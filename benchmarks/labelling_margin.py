@@ -62,6 +62,7 @@ KEEP: dict[str, Callable[[list[Any]], list[str]]] = {
     "none": lambda nodes: [],
     # Lookups cost no arithmetic: int8 saves bytes there, which a labeller does not need.
     "lookups": lambda nodes: [n.name for n in nodes if n.op_type == "Gather"],
+    # Every Gemm: the pooler's dense layer and the classifier (the head on [CLS]).
     "classifier": lambda nodes: [n.name for n in nodes if n.op_type == "Gemm"],
     "ffn-out, all layers": lambda nodes: [ffn_out(k) for k in range(LAYERS)],
     **{f"ffn-out, layer {k}": (lambda nodes, k=k: [ffn_out(k)]) for k in range(LAYERS)},
