@@ -2,7 +2,8 @@
 
 One command: `python benchmarks/labelling_load.py` (needs ../shared). Every figure is
 measured in its own subprocess (thread settings are read when torch loads), side by
-side in one run; each is the median of `--repeats` timed windows.
+side in one run; each is the median of `--repeats` timed windows (the labellers'
+windows interleaved: one window of each runtime per round).
 
 - labelling: the reference teacher on a seeded sample of SST-2 training rows, with
   PyTorch fp32 (the 0.3 default), onnxruntime fp32, int8, and `auto` (int8 with fp32
@@ -326,10 +327,21 @@ def main() -> None:
         for r in (json.loads(previous.read_text()) if previous.is_file() else [])
         if r["what"] not in args.sections and not r.get("smoke") and not smoke.SMOKE
     ]
-    for runtime in ("torch", "onnx", "int8", "auto") if "label" in args.sections else ():
-        for loaded in (False, True):
-            env = {**base, "GOMP_SPINCOUNT": GOMP_SPINCOUNT}
-            r = measure(args, ["--worker", "label", "--runtime", runtime], env, loaded)
+    # Labellers interleaved, one window each per round: a drift in the machine's speed
+    # falls on every runtime alike (run back to back, auto once read faster than the int8
+    # it is made of).
+    one = argparse.Namespace(**{**vars(args), "repeats": 1})
+    runtimes = ("torch", "onnx", "int8", "auto") if "label" in args.sections else ()
+    for loaded in (False, True) if runtimes else ():
+        env = {**base, "GOMP_SPINCOUNT": GOMP_SPINCOUNT}
+        rounds: dict[str, list[dict]] = {runtime: [] for runtime in runtimes}
+        for _ in range(args.repeats):
+            for runtime in runtimes:
+                extra = ["--worker", "label", "--runtime", runtime]
+                rounds[runtime].append(measure(one, extra, env, loaded))
+        for runtime, figures in rounds.items():
+            rate = statistics.median(f["rows_per_s"] for f in figures)
+            r = {**figures[0], "rows_per_s": rate}  # agreement: the same rows every round
             rows.append({"what": "label", "runtime": runtime, "loaded": loaded, **r})
             print(rows[-1], flush=True)
     for spin, threads in TRAIN_SETTINGS if "train" in args.sections else ():
