@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import statistics
@@ -48,7 +49,6 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 TEACHER = SHARED / "models" / "sst2-minilm-teacher"
 DATA = SHARED / "data" / "sst2"
-PICK = 1_000  # rows that pick a margin, and rows that measure it: `calibrate`'s halves
 
 # Parts of the reference teacher (optimum's BERT export names them so) kept in fp32.
 LAYERS = 6
@@ -95,12 +95,11 @@ def main() -> None:
     splits = smoke.at_most(args.splits, 2)
     repeats = smoke.at_most(args.repeats, 1)
     keeps = smoke.pick(args.keep, ["none", "lookups"])
-    pick = min(PICK, n_rows // 2)
 
     import onnx
 
     from edgekd.config import DistillConfig
-    from edgekd.distill.labeling import margins
+    from edgekd.distill.labeling import CALIBRATION_ROWS, MARGIN_SLACK, margins, pick_margin
     from edgekd.distill.teacher import load_teacher, teacher_logits
     from edgekd.exporters.quantize import DynamicInt8Quantizer
     from edgekd.exporters.teacher import export_teacher
@@ -108,6 +107,8 @@ def main() -> None:
     from edgekd.threads import core_share
 
     rows = candidates(max(n_rows // 4, 50), n_rows)
+    # `calibrate`'s halves: rows that pick a margin, and as many that measure it.
+    pick = min(CALIBRATION_ROWS // 2, len(rows) // 2)
     model, tok = load_teacher(str(TEACHER))
     model = model.float().eval()
     cfg = DistillConfig(teacher=str(TEACHER))
@@ -163,6 +164,8 @@ def main() -> None:
                     a, b = idx[:pick], idx[pick : 2 * pick]
                     wrong = np.sort(margins(q[a])[q[a].argmax(1) != gold[a]])[::-1]
                     margin = slack * wrong[k] if k < len(wrong) else 0.0
+                    if (k, slack) == (0, MARGIN_SLACK):  # the row that stands for `auto`
+                        assert margin == pick_margin(ref[a], q[a])
                     low = margins(q[b]) < margin
                     hybrid = np.where(low[:, None], ref[b], q[b])
                     shares.append(float(low.mean()))
@@ -181,7 +184,7 @@ def main() -> None:
         print(f"{name}: {rate[name]:.0f} rows/s, agreement {row['agreement']:.4f}", flush=True)
 
     meta = {
-        "machine": f"{platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores",
+        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
         "cpu": platform.processor() or "unknown", "revision": revision(), "rows": len(rows),
         "splits": splits, "repeats": repeats, "pick": pick, "smoke": smoke.SMOKE,
     }  # fmt: skip
