@@ -353,6 +353,7 @@ class LabelerCalibration(Artifact):
     kind: Literal["calibration"] = "calibration"
     choice: Literal["hybrid", "onnx"]  # what labels the transfer set: int8+fp32, or fp32
     margin: float  # top-1 minus top-2 int8 logit below which fp32 relabels (logit units)
+    spare: int = 0  # the picking half's disagreements the margin left above it (its rule)
     n: int  # rows in the measuring half
     int8_agreement: float  # int8 alone vs fp32, argmax, on the measuring half
     hybrid_agreement: float  # int8 with low-margin rows relabelled, same rows

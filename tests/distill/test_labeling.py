@@ -59,6 +59,15 @@ def test_pick_margin_is_slack_times_largest_disagreeing_int8_margin():
     assert pick_margin(fp32, fp32) == 0.0  # no disagreement: int8 is trusted everywhere
 
 
+def test_pick_margin_leaves_the_spare_surest_disagreements_above_it():
+    fp32 = np.array([[0, 1.0], [0, -0.2], [0, 0.3], [0, 2.0]])
+    int8 = np.array([[0, -0.9], [0, 0.1], [0, -0.4], [0, 2.0]])  # rows 0, 1, 2 disagree
+    # disagreeing int8 margins, surest first: 0.9, 0.4, 0.1
+    assert pick_margin(fp32, int8, spare=1) == pytest.approx(1.5 * 0.4)
+    assert pick_margin(fp32, int8, spare=2) == pytest.approx(1.5 * 0.1)
+    assert pick_margin(fp32, int8, spare=3) == 0.0  # 3 disagreements, 3 spared: int8 alone
+
+
 def test_hybrid_labeler_redoes_only_low_margin_rows_in_fp32():
     onnx = FakeOnnx(flip={"0.1"})
     out = hybrid_labeler(onnx, margin=0.5)(["2.0", "0.1", "-3.0", "0.4"], "x")
@@ -77,6 +86,29 @@ def test_calibrate_picks_margin_on_one_half_and_measures_on_the_other():
     assert cal.relabelled == 0.25 and cal.choice == "onnx"  # 75% < 99.5%: fp32 for all
     clean = calibrate(FakeOnnx(flip={"0.2", "0.25"}), first + second)
     assert (clean.hybrid_agreement, clean.choice) == (1.0, "hybrid")
+
+
+# Picking half: int8 flips six rows, margins 0.6 to 0.1; the loosest rule spares the 3
+# surest (0.6, 0.5, 0.4): margin 1.5 × 0.3 = 0.45. The widest: 1.5 × 0.6 = 0.9.
+PICK = ["0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "1.0", "2.0"]
+CHECK = ["0.25", "0.55", "3.0", "4.0", "5.0", "6.0", "7.0", "8.0"]
+
+
+def test_calibrate_labels_with_the_loosest_rule_when_it_holds_on_the_other_half():
+    assert labeling.SPARE_RULES == (3, 0)
+    flips = set(PICK[:6]) | {"0.25"}  # 0.25 < 0.45: repaired
+    cal = calibrate(FakeOnnx(flip=flips), PICK + CHECK)
+    assert (cal.choice, cal.spare, cal.hybrid_agreement) == ("hybrid", 3, 1.0)
+    assert cal.margin == pytest.approx(0.45)
+    assert cal.relabelled == 0.125  # 0.25 alone of the 8 checking rows is under 0.45
+
+
+def test_calibrate_widens_the_margin_when_the_loosest_rule_falls_under_the_floor():
+    flips = set(PICK[:6]) | {"0.55"}  # 0.55 ≥ 0.45 stays wrong; < 0.9 is repaired
+    cal = calibrate(FakeOnnx(flip=flips), PICK + CHECK)
+    assert (cal.choice, cal.spare, cal.hybrid_agreement) == ("hybrid", 0, 1.0)
+    assert cal.margin == pytest.approx(0.9)
+    assert cal.relabelled == 0.25  # 0.25 and 0.55 are under 0.9
 
 
 def test_deduplicated_labels_each_distinct_text_once_in_order():
