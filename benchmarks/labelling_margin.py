@@ -105,23 +105,20 @@ def auto_rule(
 ) -> dict[str, Any]:
     """`calibrate` with `rules` on 2 × `pick` rows per split, its choice applied to the
     rest."""
-    from edgekd.distill import labeling
     from edgekd.distill.labeling import calibrate, margins
 
-    labeling.SPARE_RULES, default = rules, labeling.SPARE_RULES
     gold = ref.argmax(1)
     chosen: list[str] = []
     shares, agrees = [], []
     for s in range(splits):
         idx = np.random.default_rng(s).permutation(len(ref))
-        cal = calibrate(Logits(ref, q), idx[: 2 * pick].tolist())
+        cal = calibrate(Logits(ref, q), idx[: 2 * pick].tolist(), rules)
         rest = idx[2 * pick :]
         low = margins(q[rest]) < cal.margin if cal.choice == "hybrid" else np.ones(len(rest), bool)
         hybrid = np.where(low[:, None], ref[rest], q[rest])
         chosen.append(f"spare {cal.spare}" if cal.choice == "hybrid" else "fp32")
         shares.append(float(low.mean()))
         agrees.append(float((hybrid.argmax(1) == gold[rest]).mean()))
-    labeling.SPARE_RULES = default
     return {
         "rules": list(rules),
         "chosen": {c: chosen.count(c) for c in sorted(set(chosen))},

@@ -244,16 +244,19 @@ def calibration_sample(texts: Sequence[Any], seed: int) -> list[Any]:
     return random.Random(seed).sample(texts, min(CALIBRATION_ROWS, len(texts)))
 
 
-def calibrate(onnx: OnnxTeacher, sample: list[Any]) -> LabelerCalibration:
+def calibrate(
+    onnx: OnnxTeacher, sample: list[Any], rules: Sequence[int] = SPARE_RULES
+) -> LabelerCalibration:
     """Pick the relabel margin on one half of `sample`, measure it on the other: each of
-    `SPARE_RULES` in turn, the first that reaches `AGREEMENT_FLOOR` labels ("hybrid");
-    none does: fp32 labels everything ("onnx", with the widest rule's figures)."""
+    `rules` (disagreements spared) in turn, the first that reaches `AGREEMENT_FLOOR`
+    labels ("hybrid"); none does: fp32 labels everything ("onnx", with the last rule's
+    figures)."""
     f = onnx.fp32(sample, "calibrating labelers (fp32)")
     q = onnx.int8(sample, "calibrating labelers (int8)")
     half = len(sample) // 2
     fb, qb = f[half:], q[half:]
     n = len(fb)
-    for spare in SPARE_RULES:
+    for spare in rules:
         margin = pick_margin(f[:half], q[:half], spare)
         low = margins(qb) < margin
         hybrid = np.where(low[:, None], fb, qb)

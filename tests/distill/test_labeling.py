@@ -101,6 +101,8 @@ def test_calibrate_labels_with_the_loosest_rule_when_it_holds_on_the_other_half(
     assert (cal.choice, cal.spare, cal.hybrid_agreement) == ("hybrid", 3, 1.0)
     assert cal.margin == pytest.approx(0.45)
     assert cal.relabelled == 0.125  # 0.25 alone of the 8 checking rows is under 0.45
+    widest = calibrate(FakeOnnx(flip=flips), PICK + CHECK, rules=(0,))  # none spared
+    assert (widest.spare, widest.margin) == (0, pytest.approx(0.9))
 
 
 def test_calibrate_widens_the_margin_when_the_loosest_rule_falls_under_the_floor():
