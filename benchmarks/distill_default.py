@@ -80,12 +80,18 @@ GROWTH = smoke.pick(((1, "1×"), (5, "5×"), (20, "20×"), (50, "50×")), ((1, "
 
 
 def revision() -> str:
-    """The code a figure was measured with: the commit, `-dirty` with local changes."""
-    out = subprocess.run(
-        ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+    """The code a figure was measured with: the commit, `-dirty` with local changes
+    outside benchmarks/results (the results of an earlier section, not yet committed,
+    change no code)."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+         ":(exclude)benchmarks/results"],
         cwd=REPO, capture_output=True, text=True,
-    )  # fmt: skip
-    return out.stdout.strip() or "unknown"
+    ).stdout.strip()  # fmt: skip
+    return f"{commit}-dirty" if commit and changed else commit or "unknown"
 
 
 def cpu() -> str:
@@ -354,7 +360,8 @@ def main() -> None:
     p.add_argument("--quickstart-only", action="store_true")
     p.add_argument(
         "--lever", action="append", default=[], metavar="FIELD=VALUE",
-        help="An arm beside the defaults on the same seeds (repeat for more arms).",
+        help="An arm beside the defaults on the same seeds (repeat for more arms; "
+        "space-separated settings make one arm).",
     )  # fmt: skip
     args = p.parse_args()
     args.seeds = args.seeds[: smoke.at_most(len(args.seeds), smoke.REPEATS)]
@@ -468,7 +475,8 @@ def lever_section(task: str, shared: Path, args: argparse.Namespace, env: dict) 
     arms: dict[str, list[dict]] = {"defaults": [], **{lever: [] for lever in args.lever}}
     for seed in args.seeds:
         for arm, runs in arms.items():
-            settings = () if arm == "defaults" else (arm,)
+            # One arm may set several fields: "batch_size=100 lr=0.0014".
+            settings = () if arm == "defaults" else tuple(arm.split())
             runs.append(one_run(task, teacher, data, seed, env, settings=settings))
     return {
         f"{task} | {arm} | {revision()}": row_of(
