@@ -30,7 +30,6 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -38,26 +37,13 @@ from typing import Any
 
 import numpy as np
 import smoke  # benchmarks/ is on the path of its own scripts
+from distill_default import cpu, revision
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 TEACHER = SHARED / "models" / "sst2-minilm-teacher"
 DATA = SHARED / "data" / "sst2"
 BASE_BATCH = 50  # the default `batch_size`, which `--lr` belongs to
-
-
-def revision() -> str:
-    out = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
-    )
-    return out.stdout.strip() or "unknown"
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def main() -> None:
@@ -139,7 +125,7 @@ def main() -> None:
     first = summary[str(args.batch_sizes[0])]["rows_per_s"]
     meta = {
         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
-        "cpu": cpu_name(), "revision": revision(), "rows": len(train), "epochs": epochs,
+        "cpu": cpu(), "revision": revision(), "rows": len(train), "epochs": epochs,
         "repeats": repeats, "lr": args.lr, "lr_scale": args.lr_scale,
         "teacher_dev": teacher_dev, "smoke": smoke.SMOKE,
     }  # fmt: skip
