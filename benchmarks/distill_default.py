@@ -46,8 +46,10 @@ their last results).
 Per task and seed, the default run and the same with `-s FIELD=VALUE`, one after the
 other (side by side in one benchmark run, so both arms meet the same machine), each
 scored through its bundle like the rest. The default arm's runs are the default-budget
-section's (one run serves both). Each (task, arm, revision) row is kept beside the
-others, measured or not at this revision.
+section's (one run serves both). With `--sweep M...`, the arms run under each budget
+instead (`--loaded`: beside the load), and the defaults' arm is that budget's sweep row.
+Each (task, arm, budget, revision) row is kept beside the others, measured or not at
+this revision.
 
 Writes benchmarks/results/distill_default.json and distill_default.md.
 EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
@@ -374,8 +376,10 @@ def main() -> None:
     levers: dict[str, Any] = {}
     for task in args.tasks:
         if args.lever:
-            levers.update(lever_section(task, shared, args, env))
-        if args.sweep:
+            arms, defaults = lever_section(task, shared, args, env)
+            levers.update(arms)
+            sweep.update(defaults)  # under --sweep the defaults' arm is the sweep's row
+        elif args.sweep:
             sweep.update(budget_sweep(task, shared, args, env))
         if args.quickstart or args.quickstart_only:
             quick[task] = quickstart_section(task, shared, args.seeds, env)
@@ -467,23 +471,37 @@ def task_teacher(task: str, shared: Path, env: dict[str, str]) -> Path:
     return cola_teacher(shared, env)
 
 
-def lever_section(task: str, shared: Path, args: argparse.Namespace, env: dict) -> dict:
-    """Per seed, the default run then each lever's (side by side: the same machine,
-    minutes apart): rows keyed `task | arm | revision`, the defaults' arm included."""
+def lever_section(
+    task: str, shared: Path, args: argparse.Namespace, env: dict
+) -> tuple[dict, dict]:
+    """Per budget (`--sweep`'s, else the default) and seed, the default run then each
+    lever's (side by side: the same machine, minutes apart): rows keyed `task | arm |
+    revision` (`task | arm | M min | revision` under a budget), the defaults' arm
+    included; and, under a budget, the defaults' arm again as the sweep's rows."""
     data, teacher = shared / "data" / task, task_teacher(task, shared, env)
     t_scores, _ = teacher_scores(teacher, data)
-    arms: dict[str, list[dict]] = {"defaults": [], **{lever: [] for lever in args.lever}}
-    for seed in args.seeds:
-        for arm, runs in arms.items():
-            # One arm may set several fields: "batch_size=100 lr=0.0014".
-            settings = () if arm == "defaults" else tuple(arm.split())
-            runs.append(one_run(task, teacher, data, seed, env, settings=settings))
-    return {
-        f"{task} | {arm} | {revision()}": row_of(
-            runs, t_scores, "epochs_run", "n_augmented", "bundle_bytes"
+    rows: dict[str, dict] = {}
+    sweep: dict[str, dict] = {}
+    for minutes in args.sweep or [None]:
+        arms: dict[str, list[dict]] = {"defaults": [], **{lever: [] for lever in args.lever}}
+        for seed in args.seeds:
+            for arm, runs in arms.items():
+                # One arm may set several fields: "batch_size=100 lr=0.0014".
+                settings = () if arm == "defaults" else tuple(arm.split())
+                runs.append(one_run(task, teacher, data, seed, env, minutes, args.loaded, settings))
+        budget = (
+            "" if minutes is None else f" | {minutes:g} min" + (" loaded" if args.loaded else "")
         )
-        for arm, runs in arms.items()
-    }
+        for arm, runs in arms.items():
+            row = row_of(runs, t_scores, "epochs_run", "n_augmented", "bundle_bytes",
+                         *(("used_of_granted",) if minutes is not None else ()))  # fmt: skip
+            rows[f"{task} | {arm}{budget} | {revision()}"] = row
+        if minutes is not None:
+            key = f"{task} | {'loaded' if args.loaded else 'quiet'} | {minutes:g} min"
+            sweep[key] = row_of(
+                arms["defaults"], t_scores, "epochs_run", "n_augmented", "used_of_granted"
+            )
+    return rows, sweep
 
 
 def row_of(runs: list[dict], teacher: dict[str, float], *medians: str) -> dict:
@@ -597,14 +615,18 @@ def write(result: dict[str, Any]) -> None:
                   "augmented rows) | bundle bytes | revision | CPU |",
                   "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for key, row in result["levers"].items():
-            task, arm, _ = key.split(" | ")
+            # `task | arm | revision`, or `task | arm | M min | revision` under a budget.
+            task, arm, *budget, _ = key.split(" | ")
+            shown = ("defaults" if arm == "defaults" else f"`{arm}`") + "".join(
+                f", {b}" for b in budget
+            )
             m = row["median"]
             each = ", ".join(
                 f"{r['student']['accuracy']:.4f} ({r['epochs_run']} ep, {r['n_augmented']:,})"
                 for r in row["runs"]
             )
             lines.append(
-                f"| {task} | {'defaults' if arm == 'defaults' else f'`{arm}`'} | "
+                f"| {task} | {shown} | "
                 f"{len(row['runs'])} | {m['accuracy']:.4f} | {m['mcc']:.3f} | "
                 f"{m['retention']:.1%} | {each} | {m['bundle_bytes']:,.0f} | "
                 f"{row['revision']} | {cpus(row['runs'])} |"
