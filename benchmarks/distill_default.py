@@ -375,12 +375,10 @@ def main() -> None:
     quick: dict[str, Any] = {}
     levers: dict[str, Any] = {}
     for task in args.tasks:
-        if args.lever:
-            arms, defaults = lever_section(task, shared, args, env)
-            levers.update(arms)
+        if args.lever or args.sweep:
+            arms, defaults = arm_runs(task, shared, args, env)
+            levers.update(arms if args.lever else {})
             sweep.update(defaults)  # under --sweep the defaults' arm is the sweep's row
-        elif args.sweep:
-            sweep.update(budget_sweep(task, shared, args, env))
         if args.quickstart or args.quickstart_only:
             quick[task] = quickstart_section(task, shared, args.seeds, env)
         if args.sweep_only or args.quickstart_only:
@@ -471,13 +469,12 @@ def task_teacher(task: str, shared: Path, env: dict[str, str]) -> Path:
     return cola_teacher(shared, env)
 
 
-def lever_section(
-    task: str, shared: Path, args: argparse.Namespace, env: dict
-) -> tuple[dict, dict]:
+def arm_runs(task: str, shared: Path, args: argparse.Namespace, env: dict) -> tuple[dict, dict]:
     """Per budget (`--sweep`'s, else the default) and seed, the default run then each
-    lever's (side by side: the same machine, minutes apart): rows keyed `task | arm |
-    revision` (`task | arm | M min | revision` under a budget), the defaults' arm
-    included; and, under a budget, the defaults' arm again as the sweep's rows."""
+    `--lever` arm's (side by side: the same machine, minutes apart): rows keyed `task |
+    arm | revision` (`task | arm | M min | revision` under a budget), the defaults' arm
+    included; and, under a budget, the defaults' arm again as the sweep's rows, keyed
+    `task | quiet|loaded | M min` (with no `--lever`, the budget sweep alone)."""
     data, teacher = shared / "data" / task, task_teacher(task, shared, env)
     t_scores, _ = teacher_scores(teacher, data)
     rows: dict[str, dict] = {}
@@ -515,19 +512,6 @@ def row_of(runs: list[dict], teacher: dict[str, float], *medians: str) -> dict:
             **{key: statistics.median(r[key] for r in runs) for key in medians},
         },
     }
-
-
-def budget_sweep(task: str, shared: Path, args: argparse.Namespace, env: dict) -> dict:
-    """Per budget, every seed's run under it: rows keyed `task | quiet|loaded | M min`."""
-    data, teacher = shared / "data" / task, task_teacher(task, shared, env)
-    t_scores, _ = teacher_scores(teacher, data)
-    rows = {}
-    for minutes in args.sweep:
-        runs = [one_run(task, teacher, data, seed, env, minutes, args.loaded)
-                for seed in args.seeds]  # fmt: skip
-        key = f"{task} | {'loaded' if args.loaded else 'quiet'} | {minutes:g} min"
-        rows[key] = row_of(runs, t_scores, "epochs_run", "n_augmented", "used_of_granted")
-    return rows
 
 
 def write(result: dict[str, Any]) -> None:
