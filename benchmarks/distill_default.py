@@ -629,9 +629,10 @@ def write(result: dict[str, Any]) -> None:
     if "load" in result:
         lines += [
             "",
-            "Labelling and training quiet and under load: "
-            "benchmarks/results/labelling_load.md (run as part of this benchmark; "
-            f"revision {result['load']['revision']}).",
+            "Labelling and training quiet and under load, as this benchmark last ran "
+            f"benchmarks/labelling_load.py (revision {result['load']['revision']}): the "
+            "`load` rows of distill_default.json; labelling_load.md holds that script's "
+            "newest run, at the revisions it names.",
         ]
     (out / "distill_default.md").write_text(smoke.markdown("\n".join(lines) + "\n"))
     if result.get("sweep"):
@@ -645,6 +646,12 @@ def used(share: float | None) -> str:
 def cpus(runs: list[dict]) -> str:
     """The CPUs a row's runs were measured on (rows from before they were recorded: ?)."""
     return ", ".join(sorted({r.get("cpu") or "?" for r in runs}))
+
+
+def cpu_vendor(runs: list[dict]) -> str:
+    """A plot label's CPU: the vendor word of each CPU the runs name ("AMD", "Intel")."""
+    names = {(r.get("cpu") or "?").replace("(R)", "").split()[0] for r in runs}
+    return "/".join(sorted(names)) if names else "?"
 
 
 def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
@@ -662,7 +669,10 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
     for key, row in sweep.items():
         task, load, budget = key.split(" | ")
         minutes = float(budget.removesuffix(" min"))
-        point = (minutes, row["median"]["accuracy"], row["teacher"]["accuracy"], row["revision"])
+        # Each point names its revision and CPU: rows measured at other revisions, on
+        # other machines, stay, and a budget buys less on a slower CPU.
+        where = f"{row['revision'][:7]}, {cpu_vendor(row.get('runs', []))}"
+        point = (minutes, row["median"]["accuracy"], row["teacher"]["accuracy"], where)
         series.setdefault((task, load), []).append(point)
     tasks = sorted({task for task, _ in series})
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False)
@@ -676,9 +686,8 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
             teacher = points[0][2]
             colour = OTHER_COLOUR if load == "quiet" else "#7f7f7f"
             ax.plot(xs, ys, marker="o", color=colour, label=f"int8 bundle ({load})")
-            # Each point names its revision: rows measured at other revisions stay.
-            for x, y, rev in zip(xs, ys, [p[3] for p in points], strict=True):
-                ax.annotate(f"{y:.3f} ({rev[:7]})", (x, y), textcoords="offset points",
+            for x, y, where in zip(xs, ys, [p[3] for p in points], strict=True):
+                ax.annotate(f"{y:.3f} ({where})", (x, y), textcoords="offset points",
                             xytext=(4, 6), fontsize=8)  # fmt: skip
         for share, style in ((0.99, "--"), (0.98, ":")):
             ax.axhline(share * teacher, color=FRONT_COLOUR, ls=style, lw=1,
@@ -687,7 +696,7 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
         ax.set_ylabel("dev accuracy (median over seeds)")
         ax.set_title(f"{task}: accuracy per minute granted")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="best")  # a lone point sits low right, where its label goes
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
