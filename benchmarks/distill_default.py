@@ -643,15 +643,13 @@ def used(share: float | None) -> str:
     return "?" if share is None else f"{share:.0%}"
 
 
-def cpus(runs: list[dict]) -> str:
-    """The CPUs a row's runs were measured on (rows from before they were recorded: ?)."""
-    return ", ".join(sorted({r.get("cpu") or "?" for r in runs}))
-
-
-def cpu_vendor(runs: list[dict]) -> str:
-    """A plot label's CPU: the vendor word of each CPU the runs name ("AMD", "Intel")."""
-    names = {(r.get("cpu") or "?").replace("(R)", "").split()[0] for r in runs}
-    return "/".join(sorted(names)) if names else "?"
+def cpus(runs: list[dict], vendor: bool = False) -> str:
+    """The CPUs a row's runs were measured on (rows from before they were recorded: ?);
+    `vendor`: each one's first word, for a plot label ("AMD", "Intel")."""
+    names = {r.get("cpu") or "?" for r in runs} or {"?"}
+    if vendor:
+        return "/".join(sorted({(n.replace("(R)", "").split() or ["?"])[0] for n in names}))
+    return ", ".join(sorted(names))
 
 
 def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
@@ -671,7 +669,7 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
         minutes = float(budget.removesuffix(" min"))
         # Each point names its revision and CPU: rows measured at other revisions, on
         # other machines, stay, and a budget buys less on a slower CPU.
-        where = f"{row['revision'][:7]}, {cpu_vendor(row.get('runs', []))}"
+        where = f"{row['revision'][:7]}, {cpus(row.get('runs', []), vendor=True)}"
         point = (minutes, row["median"]["accuracy"], row["teacher"]["accuracy"], where)
         series.setdefault((task, load), []).append(point)
     tasks = sorted({task for task, _ in series})
