@@ -49,7 +49,9 @@ scored through its bundle like the rest. The default arm's runs are the default-
 section's (one run serves both). With `--sweep M...`, the arms run under each budget
 instead (`--loaded`: beside the load), and the defaults' arm is that budget's sweep row.
 Each (task, arm, budget, revision) row is kept beside the others, measured or not at
-this revision.
+this revision. `--arms-only`: the `--lever` arms alone, to be read beside the defaults'
+newest row at the same budget (its own revision named): for a change that leaves the
+defaults' path as it was, where rerunning them would double the run.
 
 Writes benchmarks/results/distill_default.json and distill_default.md.
 EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
@@ -365,7 +367,13 @@ def main() -> None:
         help="An arm beside the defaults on the same seeds (repeat for more arms; "
         "space-separated settings make one arm).",
     )  # fmt: skip
+    p.add_argument(
+        "--arms-only", action="store_true",
+        help="Run the --lever arms without the defaults' arm (read beside its newest row).",
+    )  # fmt: skip
     args = p.parse_args()
+    if args.arms_only and not args.lever:
+        p.error("--arms-only runs the --lever arms: name at least one")
     args.seeds = args.seeds[: smoke.at_most(len(args.seeds), smoke.REPEATS)]
     shared = args.shared.resolve()
     env = dict(os.environ)
@@ -480,7 +488,10 @@ def arm_runs(task: str, shared: Path, args: argparse.Namespace, env: dict) -> tu
     rows: dict[str, dict] = {}
     sweep: dict[str, dict] = {}
     for minutes in args.sweep or [None]:
-        arms: dict[str, list[dict]] = {"defaults": [], **{lever: [] for lever in args.lever}}
+        arms: dict[str, list[dict]] = {
+            **({} if args.arms_only else {"defaults": []}),
+            **{lever: [] for lever in args.lever},
+        }
         for seed in args.seeds:
             for arm, runs in arms.items():
                 # One arm may set several fields: "batch_size=100 lr=0.0014".
@@ -493,7 +504,7 @@ def arm_runs(task: str, shared: Path, args: argparse.Namespace, env: dict) -> tu
             row = row_of(runs, t_scores, "epochs_run", "n_augmented", "bundle_bytes",
                          *(("used_of_granted",) if minutes is not None else ()))  # fmt: skip
             rows[f"{task} | {arm}{budget} | {revision()}"] = row
-        if minutes is not None:
+        if minutes is not None and "defaults" in arms:
             key = f"{task} | {'loaded' if args.loaded else 'quiet'} | {minutes:g} min"
             sweep[key] = row_of(
                 arms["defaults"], t_scores, "epochs_run", "n_augmented", "used_of_granted"

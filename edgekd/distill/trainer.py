@@ -363,7 +363,12 @@ def train_student(
             cut_for_time = resume.epoch
         elif cooling:  # a run of few epochs cools down within its first (planned) epoch
             plan_the_end(resume.epoch * per_epoch, min(end_cap, cfg.max_epochs * per_epoch), "")
-        for epoch in range(resume.epoch + 1, last + 1):
+        # `last` may grow as the run goes (a cool-down planned past the budget's forecast
+        # of epochs trains to its end), so the loop reads it after every epoch: a
+        # `range` fixed at the start stopped such a run mid-cool-down, at the forecast.
+        epoch = resume.epoch
+        while epoch < last:
+            epoch += 1
             loss_fn.start_epoch(epoch)
             for name, schedule in cfg.schedules.items():
                 setattr(loss_fn, name, schedule.value(epoch, cfg.max_epochs))

@@ -294,6 +294,28 @@ def test_run_distill_starts_its_cool_down_from_the_pace_it_measures_under_a_budg
     assert all((a[k] == b[k]).all() for k in a)
 
 
+def test_run_distill_trains_past_the_forecast_epochs_to_a_cool_down_planned_beyond_them(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # The plan forecasts 2 epochs; after epochs 1, 2, 3 the time left holds 3, 2, 1
+    # epochs more, so the run's end is step 4L and its cool-down ⌈3.2L⌉ to 4L, past the
+    # forecast. The run trains to it: 4 epochs, the rate at 0 (a loop fixed at the
+    # forecast's 2 epochs stopped there, its cool-down never started).
+    from edgekd.distill import timebudget, trainer
+    from edgekd.stages import distill as stage
+
+    room = iter([3, 2, 1])
+    monkeypatch.setattr(stage, "probe_train_rate", lambda *a, **k: 1e9)
+    monkeypatch.setattr(timebudget, "plan_epochs", lambda *a, **k: 2)
+    monkeypatch.setattr(trainer, "steps_that_fit", lambda took, left, steps: next(room) * steps)
+    cfg = _run(tiny_teacher, tiny_data, time_budget=30.0, epochs=None, lr_decay="cooldown")
+    m = stage.distill(cfg, tmp_path / "a")
+    steps = m.history[0]["steps"]
+    assert m.time_plan is not None and m.time_plan.epochs == 2
+    assert m.epochs_run == 4 and m.time_plan.cut_after == 4
+    assert m.history[-1]["cooldown"] == [math.ceil(3.2 * steps), 4 * steps]
+
+
 def test_run_distill_cools_down_at_a_plateau_instead_of_stopping(
     tiny_teacher, tiny_data, tmp_path, monkeypatch
 ):
