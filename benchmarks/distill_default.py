@@ -3,7 +3,7 @@
     python benchmarks/distill_default.py [--shared ../shared] [--seeds 0 1 2]
         [--tasks [sst2] [cola]] [--no-growth] [--no-load]
         [--sweep 5 10 15 30 60 [--loaded] [--sweep-only]] [--quickstart[-only]]
-        [--lever FIELD=VALUE ...]
+        [--lever FIELD=VALUE ... [--arms-only]]
 
 Per task and seed, from a cold teacher-logit cache (a fresh $EDGEKD_CACHE per run),
 the commands of the README, each in its own process:
@@ -51,7 +51,8 @@ instead (`--loaded`: beside the load), and the defaults' arm is that budget's sw
 Each (task, arm, budget, revision) row is kept beside the others, measured or not at
 this revision. `--arms-only`: the `--lever` arms alone, to be read beside the defaults'
 newest row at the same budget (its own revision named): for a change that leaves the
-defaults' path as it was, where rerunning them would double the run.
+defaults' path as it was, where rerunning them would double the run. It runs no
+default-budget, growth or load section.
 
 Writes benchmarks/results/distill_default.json and distill_default.md.
 EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
@@ -389,7 +390,7 @@ def main() -> None:
             sweep.update(defaults)  # under --sweep the defaults' arm is the sweep's row
         if args.quickstart or args.quickstart_only:
             quick[task] = quickstart_section(task, shared, args.seeds, env)
-        if args.sweep_only or args.quickstart_only:
+        if args.sweep_only or args.quickstart_only or args.arms_only:
             continue
         data, teacher = shared / "data" / task, task_teacher(task, shared, env)
         t_scores, _ = teacher_scores(teacher, data)
@@ -427,7 +428,7 @@ def main() -> None:
         "quickstart": {**previous.get("quickstart", {}), **quick},
         "levers": {**previous.get("levers", {}), **levers},
     }
-    if args.sweep_only or args.quickstart_only:
+    if args.sweep_only or args.quickstart_only or args.arms_only:
         args.no_growth = args.no_load = True
     if not args.no_growth:
         result["growth"] = {"revision": revision(), "rows": growth(shared, env)}
@@ -604,8 +605,10 @@ def write(result: dict[str, Any]) -> None:
             )
     if result.get("levers"):
         lines += ["", "Levers on this path (`--lever FIELD=VALUE`): per seed the default run "
-                  "and the same with `-s FIELD=VALUE`, side by side in one benchmark run; "
-                  "scored through the int8 bundle; medians over seeds.", "",
+                  "and the same with `-s FIELD=VALUE`, side by side in one benchmark run "
+                  "(an arm run alone, `--arms-only`, is read beside the newest defaults' row "
+                  "of its budget, each row naming its revision); scored through the int8 "
+                  "bundle; medians over seeds.", "",
                   "| task | arm | seeds | bundle acc | MCC | retention | each seed (epochs, "
                   "augmented rows) | bundle bytes | revision | CPU |",
                   "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip

@@ -365,7 +365,9 @@ def train_student(
             plan_the_end(resume.epoch * per_epoch, min(end_cap, cfg.max_epochs * per_epoch), "")
         # `last` may grow as the run goes (a cool-down planned past the budget's forecast
         # of epochs trains to its end), so the loop reads it after every epoch: a
-        # `range` fixed at the start stopped such a run mid-cool-down, at the forecast.
+        # `range` fixed at the start stopped such a run at the forecast, before or during
+        # its cool-down (a 30-minute SST-2 run at the plan's 4 of ~4.5 epochs, the rate
+        # 41% of the way down, 7% of its minutes unused).
         epoch = resume.epoch
         while epoch < last:
             epoch += 1
