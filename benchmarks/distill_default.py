@@ -49,8 +49,8 @@ scored through its bundle like the rest. The default arm's runs are the default-
 section's (one run serves both). With `--sweep M...`, the arms run under each budget
 instead (`--loaded`: beside the load), and the defaults' arm is that budget's sweep row.
 Each (task, arm, budget, revision) row is kept beside the others, measured or not at
-this revision. `--arms-only`: the `--lever` arms alone, to be read beside the defaults'
-newest row at the same budget (its own revision named): for a change that leaves the
+this revision. `--arms-only`: the `--lever` arms alone, to be read beside the budget
+sweep's row of the same budget (its own revision named): for a change that leaves the
 defaults' path as it was, where rerunning them would double the run. It runs no
 default-budget, growth or load section.
 
@@ -606,7 +606,7 @@ def write(result: dict[str, Any]) -> None:
     if result.get("levers"):
         lines += ["", "Levers on this path (`--lever FIELD=VALUE`): per seed the default run "
                   "and the same with `-s FIELD=VALUE`, side by side in one benchmark run "
-                  "(an arm run alone, `--arms-only`, is read beside the newest defaults' row "
+                  "(an arm run alone, `--arms-only`, is read beside the budget sweep's row "
                   "of its budget, each row naming its revision); scored through the int8 "
                   "bundle; medians over seeds.", "",
                   "| task | arm | seeds | bundle acc | MCC | retention | each seed (epochs, "
