@@ -370,7 +370,8 @@ def main() -> None:
     )  # fmt: skip
     p.add_argument(
         "--arms-only", action="store_true",
-        help="Run the --lever arms without the defaults' arm (read beside its newest row).",
+        help="Run the --lever arms without the defaults' arm (each read beside the budget "
+        "sweep's row of its budget).",
     )  # fmt: skip
     args = p.parse_args()
     if args.arms_only and not args.lever:
