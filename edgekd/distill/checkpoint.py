@@ -3,7 +3,8 @@
 After every finished epoch the training loop writes, beside its output folder, a
 `.NAME.resume/` folder: `state.safetensors` (model, optimiser moments, best weights,
 torch RNG) and `state.json` (the resolved config, a fingerprint of the data, the epoch,
-the epoch history, optimiser hyper-parameters, Python and NumPy RNG states). Only
+the epoch history, optimiser hyper-parameters, Python and NumPy RNG states; under a
+time budget the seconds left and the end the run had projected). Only
 tensors and JSON: nothing is unpickled on resume. Rerunning the same command finds it,
 restores every piece and continues with the next epoch, so the final weights are the
 same bytes as an uninterrupted run's; a run whose config or data differ says which
@@ -102,6 +103,13 @@ class Resume:
     # a run killed between this checkpoint and its output resumes to the end, not into
     # an epoch the first run had decided not to train.
     final: str | None = None
+    # Under a time budget: the seconds it had left (less the loop's reserve) when this
+    # checkpoint was written; the resumed run spends them (`budget_left`).
+    budget_left_s: float | None = None
+    # The epoch the run was to end with, and its steps when in part (the clock's choice
+    # after `epoch`): the resumed run ends where the interrupted one would have.
+    last: int | None = None
+    part_steps: int | None = None
 
 
 def _optimizer_state(optim: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], Any]:
@@ -174,6 +182,9 @@ def save(
         "best_epoch": done.best_epoch,
         "history": done.history,
         "final": done.final,
+        "budget_left_s": done.budget_left_s,
+        "last": done.last,
+        "part_steps": done.part_steps,
         "optimizer": optim_meta,
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "rng": {
@@ -253,4 +264,35 @@ def load(
         best_state=best or None,
         history=list(meta["history"]),
         final=final,
+        budget_left_s=_seconds(meta.get("budget_left_s")),
+        last=_count(meta.get("last")),
+        part_steps=_count(meta.get("part_steps")),
     )
+
+
+def _seconds(value: Any) -> float | None:
+    """A recorded number of seconds, or None when absent or not a finite number (an
+    older checkpoint has none; a crafted one may hold anything)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if np.isfinite(value) else None
+
+
+def _count(value: Any) -> int | None:
+    """A recorded positive count (epochs, steps), or None."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return value if ok else None
+
+
+def budget_left(folder: Path) -> float | None:
+    """The seconds of its time budget the interrupted run in `folder` had left when it
+    wrote its last checkpoint (less the loop's reserve), or None (no checkpoint, no
+    budget, or a value that is not a number). A resumed run spends these, not a fresh
+    budget: without them it had no clock, and trained no further than the plan's
+    forecast of epochs (a cool-down planned past them never reached its end)."""
+    if owned_files(folder) is None or not (folder / STATE_JSON).is_file():
+        return None
+    try:
+        return _seconds(read_json(folder / STATE_JSON).get("budget_left_s"))
+    except (OSError, ValueError, AttributeError, EdgeKDError):
+        return None

@@ -132,7 +132,9 @@ def train_student(
 
     Rows of `train` labelled NO_LABEL (augmented text) get the distillation term only.
     With `checkpoint`, each finished epoch is saved there and a matching checkpoint
-    found there is resumed (`distill.checkpoint`). `warm_start()` trains `model` in
+    found there is resumed (`distill.checkpoint`), with the end the interrupted run had
+    projected (`seconds_left` is then the clock of what its budget had left, which the
+    checkpoint records). `warm_start()` trains `model` in
     place before the first epoch (a config's early passes), unless a checkpoint is
     resumed: its weights come after it.
     """
@@ -326,6 +328,11 @@ def train_student(
     part_steps = cfg.last_epoch_steps
     # A checkpoint written after the last epoch (its output never saved) trains none.
     last = resume.epoch if resume.final is not None else cap
+    # The end the interrupted run had projected (a part of its next epoch, as its clock
+    # left room for; a cool-down's end): the resumed one's too, until its clock moves it.
+    resumed_end = resume.final is None and resume.last is not None and resume.last <= cap
+    if resumed_end:
+        last, part_steps = cast(int, resume.last), resume.part_steps
     per_epoch = len(loader)
     # `lr_decay: cooldown`: the rate stays constant until the run knows where it ends,
     # then falls linearly to 0 over its last `cooldown` share of steps. The plan is the
@@ -361,8 +368,15 @@ def train_student(
         bar.update(job, advance=resume.epoch * len(loader))
         if resume.final in ("time", "plateau", "cooldown"):
             cut_for_time = resume.epoch
-        elif cooling:  # a run of few epochs cools down within its first (planned) epoch
-            plan_the_end(resume.epoch * per_epoch, min(end_cap, cfg.max_epochs * per_epoch), "")
+        elif cooling:
+            # The end as projected: the interrupted run's, a rerun's cool-down's, or a
+            # new run's forecast (a run of few epochs cools down within its first).
+            end = min(end_cap, cfg.max_epochs * per_epoch)
+            if resumed_end:
+                end = (last - 1) * per_epoch + (part_steps or per_epoch)
+            elif plan.decay_from is not None:
+                end = end_cap
+            plan_the_end(resume.epoch * per_epoch, end, "")
         # `last` may grow as the run goes (a cool-down planned past the budget's forecast
         # of epochs trains to its end), so the loop reads it after every epoch: a
         # `range` fixed at the start stopped such a run at the forecast, before or during
@@ -517,7 +531,11 @@ def train_student(
                     f"{history[best_epoch - 1]['selection_accuracy']:.4f})"
                 )
             if checkpoint is not None and accelerator.is_main_process:
-                done = ckpt.Resume(epoch, best_acc, best_epoch, best_state, history, final)
+                done = ckpt.Resume(
+                    epoch, best_acc, best_epoch, best_state, history, final,
+                    budget_left_s=None if seconds_left is None else seconds_left(),
+                    last=last, part_steps=part_steps,
+                )  # fmt: skip
                 ckpt.save(
                     checkpoint, match, accelerator.unwrap_model(model), optim, done, modules,
                     generators, torch_generators=torch_generators,

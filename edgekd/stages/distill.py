@@ -115,6 +115,20 @@ def run_takd(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -
     return metrics
 
 
+def resumed_clock(clock: Clock, left_s: float | None) -> Clock | None:
+    """The clock of a run resumed from a checkpoint that had `left_s` seconds of its
+    budget left (less the loop's reserve): those seconds, counted from this run's start,
+    so its own start-up spends them too and the two runs together spend about the
+    minutes granted (plus the part of an epoch the kill cut off). None when the
+    checkpoint holds none (an older one): the run trains the plan's epochs."""
+    if left_s is None:
+        return None
+    # Never more than the whole budget, whatever the file says; never below nothing.
+    left_s = min(max(left_s, 0.0), clock.budget_s)
+    console.print(f"time budget: {left_s:.0f} s left at the checkpoint, spent by this run")
+    return Clock((left_s + RESERVE_S) / 60.0, start=clock.start)
+
+
 def takd_resolved(cfg: DistillConfig, student: Path, assistant: Path) -> DistillConfig:
     """One config that reruns both TAKD runs: the student run's resolved fields (its
     epochs, variants, rows, learning rate: what the budget chose) with the original
@@ -149,6 +163,10 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     )
     # Epochs the budget chooses (unset) may also end at a plateau (`until_plateau`).
     bought_epochs = clock is not None and cfg.epochs is None and schedule_free
+    # The plan's epochs are a forecast: the loop trains more while the clock has room, up
+    # to `--epochs` (unset: `BUDGET_MAX_EPOCHS`). Read before the plan (or a resumed
+    # run's) replaces the epochs with its forecast.
+    extend_to = cfg.max_epochs if clock is not None and schedule_free else None
     torch.manual_seed(cfg.seed)
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -229,7 +247,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         if resumed is not None:  # an interrupted run's plan: resume it, do not re-plan
             cfg = cfg.model_copy(update=resumed)
             plan = AugmentedPlan(limit=cfg.augment.max_rows)
-            clock = None
+            clock = resumed_clock(clock, ckpt.budget_left(checkpoint))
         else:
             train_rate = probe_train_rate(cfg, student, tok, train.texts + extra, task.num_labels)
             if len(extra) and overlaps(cfg, state.num_processes, core_share()):
@@ -285,9 +303,8 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     candidates = len(extra)
     extra, sources = extra.head(kept), sources[:kept]
     time_plan = None
-    # The plan's epochs are a forecast: the loop trains more while the clock has room, up
-    # to `--epochs` (unset: `BUDGET_MAX_EPOCHS`).
-    extend_to = cfg.max_epochs if clock is not None and schedule_free else None
+    if clock is None:  # a resumed run whose checkpoint holds no clock: the plan's epochs
+        extend_to = None
     if clock is not None and train_rate is not None:
         # A second probe, now that labelling is done, on the rows kept: the epochs are
         # planned at the rate measured just before they run (the first probe, taken

@@ -187,3 +187,39 @@ def test_discard_checkpoint_removes_only_what_its_marker_lists(tmp_path):
     (folder / ".edgekd.json").write_text(json.dumps(marker))
     discard_checkpoint(out)
     assert victim.read_text() == "mine" and (folder / "notes.txt").read_text() == "also mine"
+
+
+@pytest.mark.parametrize(
+    ("recorded", "expected"),
+    [
+        (412.5, 412.5),
+        (-3, -3.0),  # a run past its budget: the resumed one has nothing left
+        ("412", None),
+        (True, None),
+        (float("nan"), None),
+        ([1], None),
+    ],
+)
+def test_budget_left_reads_a_finite_number_of_seconds_or_none(tmp_path, recorded, expected):
+    from edgekd.distill.checkpoint import budget_left
+    from edgekd.io import atomic_dir
+
+    folder = tmp_path / ".s.resume"
+    with atomic_dir(folder) as tmp:  # NaN is not JSON: written as Python's json writes it
+        (tmp / "state.json").write_text(json.dumps({"epoch": 1, "budget_left_s": recorded}))
+    assert budget_left(folder) == expected
+    assert budget_left(tmp_path / "nowhere") is None
+
+
+def test_resumed_clock_holds_what_was_left_and_never_more_than_the_budget():
+    from edgekd.distill.timebudget import RESERVE_S, Clock
+    from edgekd.stages.distill import resumed_clock
+
+    clock = Clock(10.0, start=0.0)  # a 10-minute budget
+    assert resumed_clock(clock, None) is None  # an older checkpoint: no clock
+    kept = resumed_clock(clock, 120.0)
+    assert kept is not None and kept.start == 0.0 and kept.budget_s == 120.0 + RESERVE_S
+    crafted = resumed_clock(clock, 1e12)  # a file may say anything: capped at 600 s
+    assert crafted is not None and crafted.budget_s == 600.0 + RESERVE_S
+    spent = resumed_clock(clock, -50.0)
+    assert spent is not None and spent.budget_s == RESERVE_S

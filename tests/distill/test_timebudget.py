@@ -1,6 +1,7 @@
 """--time-budget: the plan's arithmetic, the chunked labelling it drives, and a run
 that records what it chose and resolves to a config that reproduces it."""
 
+import json
 import math
 from collections import Counter
 
@@ -538,6 +539,108 @@ def test_run_distill_resumed_after_its_last_epoch_trains_none_when_a_plateau_end
     assert resolved["epochs"] == 2  # the cut, recorded though this run planned nothing
     a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in ("a", "whole"))
     assert all((a[k] == b[k]).all() for k in a) and whole.epochs_run == 2
+
+
+def _killed_after_checkpoint(monkeypatch, nth: int) -> None:
+    """The run dies right after writing its `nth` checkpoint (epoch `nth`)."""
+    from edgekd.distill import checkpoint as ckpt
+
+    save, written = ckpt.save, []
+
+    def save_then_die(*a, **k):
+        save(*a, **k)
+        written.append(1)
+        if len(written) == nth:
+            raise KeyboardInterrupt("killed after the checkpoint")
+
+    monkeypatch.setattr(ckpt, "save", save_then_die)
+
+
+def test_run_distill_resumed_under_a_budget_trains_the_epochs_its_clock_has_room_for(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # The plan forecasts 1 epoch and the clock buys 2 more (to the cap, shrunk to 3).
+    # Killed after epoch 1, the resumed run spends the budget left at the checkpoint:
+    # it trains epochs 2 and 3 to the uninterrupted run's weights (with no clock it
+    # trained none: the forecast's 1 was done).
+    import edgekd.config as config
+    from edgekd.stages import distill as stage
+
+    monkeypatch.setattr(config, "BUDGET_MAX_EPOCHS", 3)
+    cfg = _run(tiny_teacher, tiny_data, time_budget=30.0, epochs=None)
+    with monkeypatch.context() as m:
+        rates = iter([1e9, 1e-3])  # rows sized by the first, epochs planned by the second
+        m.setattr(stage, "probe_train_rate", lambda *a, **k: next(rates))
+        whole = stage.distill(cfg, tmp_path / "whole")
+        rates = iter([1e9, 1e-3])
+        _killed_after_checkpoint(m, 1)
+        with pytest.raises(KeyboardInterrupt):
+            stage.distill(cfg, tmp_path / "a")
+    state = json.loads((tmp_path / ".a.resume" / "state.json").read_text())
+    assert 0 < state["budget_left_s"] < 30 * 60 and state["epoch"] == 1
+    assert whole.time_plan is not None and whole.time_plan.epochs == 1 and whole.epochs_run == 3
+    m = stage.distill(cfg, tmp_path / "a")  # no probe: the checkpoint's plan is kept
+    assert m.epochs_run == 3 and [h["epoch"] for h in m.history] == [1, 2, 3]
+    resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert resolved["epochs"] == 3
+    a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in ("a", "whole"))
+    assert all((a[k] == b[k]).all() for k in a)
+
+
+def test_run_distill_resumed_spends_the_budget_left_at_the_checkpoint_not_a_new_one(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # The same run, its checkpoint saying no time was left after epoch 1: the resumed
+    # run trains epoch 2 (the interrupted run had decided on it), then stops.
+    import edgekd.config as config
+    from edgekd.stages import distill as stage
+
+    monkeypatch.setattr(config, "BUDGET_MAX_EPOCHS", 3)
+    cfg = _run(tiny_teacher, tiny_data, time_budget=30.0, epochs=None)
+    with monkeypatch.context() as m:
+        rates = iter([1e9, 1e-3])
+        m.setattr(stage, "probe_train_rate", lambda *a, **k: next(rates))
+        _killed_after_checkpoint(m, 1)
+        with pytest.raises(KeyboardInterrupt):
+            stage.distill(cfg, tmp_path / "a")
+    path = tmp_path / ".a.resume" / "state.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "budget_left_s": 0.0}))
+    m = stage.distill(cfg, tmp_path / "a")
+    assert m.epochs_run == 2
+
+
+@pytest.mark.parametrize("killed_after", [2, 3])
+def test_run_distill_resumed_inside_a_cool_down_past_the_forecast_trains_to_its_end(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch, killed_after
+):
+    # As in the cool-down test above: forecast 2 epochs, the end projected at 4L after
+    # epoch 2, the cool-down (⌈3.2L⌉ to 4L) planned after epoch 3. Killed after either,
+    # the resumed run trains to 4L, the rate down to 0, to the uninterrupted run's
+    # weights (with no clock it stopped at the forecast's 2 epochs, or at 3).
+    from edgekd.distill import timebudget, trainer
+    from edgekd.stages import distill as stage
+
+    monkeypatch.setattr(stage, "probe_train_rate", lambda *a, **k: 1e9)
+    monkeypatch.setattr(timebudget, "plan_epochs", lambda *a, **k: 2)
+    cfg = _run(tiny_teacher, tiny_data, time_budget=30.0, epochs=None, lr_decay="cooldown")
+    with monkeypatch.context() as m:
+        room = iter([3, 2, 1])
+        m.setattr(trainer, "steps_that_fit", lambda took, left, steps: next(room) * steps)
+        whole = stage.distill(cfg, tmp_path / "whole")
+        room = iter([3, 2, 1])
+        _killed_after_checkpoint(m, killed_after)
+        with pytest.raises(KeyboardInterrupt):
+            stage.distill(cfg, tmp_path / "a")
+    room = iter([1])  # the time left after epoch 3 (the resumed run's, when it trains it)
+    monkeypatch.setattr(trainer, "steps_that_fit", lambda took, left, steps: next(room) * steps)
+    m = stage.distill(cfg, tmp_path / "a")
+    steps = whole.history[0]["steps"]
+    planned = [math.ceil(3.2 * steps), 4 * steps]
+    assert whole.epochs_run == 4 and whole.history[-1]["cooldown"] == planned
+    assert m.epochs_run == 4 and [h["epoch"] for h in m.history] == [1, 2, 3, 4]
+    assert m.history[-1]["cooldown"] == planned
+    a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in ("a", "whole"))
+    assert all((a[k] == b[k]).all() for k in a)
 
 
 def test_probe_train_rate_is_the_governors_pace_at_each_thread_count(monkeypatch):
