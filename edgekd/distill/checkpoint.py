@@ -3,8 +3,8 @@
 After every finished epoch the training loop writes, beside its output folder, a
 `.NAME.resume/` folder: `state.safetensors` (model, optimiser moments, best weights,
 torch RNG) and `state.json` (the resolved config, a fingerprint of the data, the epoch,
-the epoch history, optimiser hyper-parameters, Python and NumPy RNG states; under a
-time budget the seconds left and the end the run had projected). Only
+the epoch history, the end the run had projected, optimiser hyper-parameters, Python
+and NumPy RNG states; under a time budget, the seconds it had left). Only
 tensors and JSON: nothing is unpickled on resume. Rerunning the same command finds it,
 restores every piece and continues with the next epoch, so the final weights are the
 same bytes as an uninterrupted run's; a run whose config or data differ says which
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -275,7 +276,11 @@ def _seconds(value: Any) -> float | None:
     older checkpoint has none; a crafted one may hold anything)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if np.isfinite(value) else None
+    try:
+        seconds = float(value)  # an integer past a float's range overflows
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) else None
 
 
 def _count(value: Any) -> int | None:

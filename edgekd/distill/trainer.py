@@ -328,12 +328,21 @@ def train_student(
     part_steps = cfg.last_epoch_steps
     # A checkpoint written after the last epoch (its output never saved) trains none.
     last = resume.epoch if resume.final is not None else cap
+    per_epoch = len(loader)
+    # The steps the config allows: every epoch, or a rerun's part of the last.
+    end_cap = (cap - 1) * per_epoch + (part_steps or per_epoch)
     # The end the interrupted run had projected (a part of its next epoch, as its clock
-    # left room for; a cool-down's end): the resumed one's too, until its clock moves it.
-    resumed_end = resume.final is None and resume.last is not None and resume.last <= cap
+    # left room for; a cool-down's end): the resumed one's too, until its clock moves
+    # it. Within what this run allows, as a crafted checkpoint may say anything.
+    resumed_end = (
+        resume.final is None
+        and resume.last is not None
+        and resume.epoch < resume.last <= cap
+        and (resume.part_steps or 0) <= per_epoch
+        and (resume.last - 1) * per_epoch + (resume.part_steps or per_epoch) <= end_cap
+    )
     if resumed_end:
         last, part_steps = cast(int, resume.last), resume.part_steps
-    per_epoch = len(loader)
     # `lr_decay: cooldown`: the rate stays constant until the run knows where it ends,
     # then falls linearly to 0 over its last `cooldown` share of steps. The plan is the
     # config's (a rerun), the checkpoint's (a resumed run), or made as the run goes.
@@ -341,8 +350,6 @@ def train_student(
     plan = StepPlan(0, cfg.cooldown_from, cfg.cooldown_to)
     if cooling and cfg.cooldown_from is None and history:
         plan = StepPlan(0, *history[-1].get("cooldown", (None, None)))
-    # The steps the config allows: every epoch, or a rerun's part of the last.
-    end_cap = (cap - 1) * per_epoch + (part_steps or per_epoch)
     stop_at = end_cap
 
     def plan_the_end(done: int, end: int, stale: str) -> str:

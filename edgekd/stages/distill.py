@@ -123,8 +123,9 @@ def resumed_clock(clock: Clock, left_s: float | None) -> Clock | None:
     checkpoint holds none (an older one): the run trains the plan's epochs."""
     if left_s is None:
         return None
-    # Never more than the whole budget, whatever the file says; never below nothing.
-    left_s = min(max(left_s, 0.0), clock.budget_s)
+    # Never more than a new run's (the budget less the reserve), whatever the file says;
+    # never below nothing.
+    left_s = min(max(left_s, 0.0), clock.budget_s - RESERVE_S)
     console.print(f"time budget: {left_s:.0f} s left at the checkpoint, spent by this run")
     return Clock((left_s + RESERVE_S) / 60.0, start=clock.start)
 

@@ -643,6 +643,66 @@ def test_run_distill_resumed_inside_a_cool_down_past_the_forecast_trains_to_its_
     assert all((a[k] == b[k]).all() for k in a)
 
 
+def test_run_distill_resumed_ends_in_the_part_of_an_epoch_the_interrupted_run_chose(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # After epoch 1 the clock leaves room for 3 steps of epoch 2 (`part_of_epoch`), and
+    # the run is killed there. The resumed run trains those 3 steps and ends, as the
+    # uninterrupted one did (reading its own clock instead, it trained epoch 2 whole).
+    from edgekd.distill import trainer
+    from edgekd.stages import distill as stage
+
+    monkeypatch.setattr(stage, "probe_train_rate", lambda *a, **k: 1e9)
+    # The loop's clock alone runs out (the plan's is untouched): every epoch overruns it.
+    monkeypatch.setattr(stage, "RESERVE_S", 1e6)
+    monkeypatch.setattr(trainer, "part_of_epoch", lambda took, left, steps: 3)
+    cfg = _run(tiny_teacher, tiny_data, time_budget=30.0)  # 3 epochs set
+    whole = stage.distill(cfg, tmp_path / "whole")
+    assert whole.epochs_run == 2 and whole.history[-1]["steps"] == 3
+    with monkeypatch.context() as m:
+        _killed_after_checkpoint(m, 1)
+        with pytest.raises(KeyboardInterrupt):
+            stage.distill(cfg, tmp_path / "a")
+    m = stage.distill(cfg, tmp_path / "a")
+    assert m.epochs_run == 2 and m.history[-1]["steps"] == 3
+    a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in ("a", "whole"))
+    assert all((a[k] == b[k]).all() for k in a)
+
+
+def test_run_distill_resumed_from_a_part_epoch_end_still_cools_down_to_its_later_end(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # 4 epochs set, cool-down. After epoch 1 the clock projects the end at 3.5L, after
+    # epoch 2 at 4L (the cool-down planned after epoch 3: ⌈3.2L⌉ to 4L). Killed after
+    # epoch 1, the resumed run must reach 4L too: the part of epoch 4 projected first is
+    # not a cap (it once capped every later projection, and the run ended at 3.5L).
+    from edgekd.distill import trainer
+    from edgekd.stages import distill as stage
+
+    monkeypatch.setattr(stage, "probe_train_rate", lambda *a, **k: 1e9)
+    cfg = _run(tiny_teacher, tiny_data, time_budget=30.0, epochs=4, lr_decay="cooldown")
+
+    def room(*epochs: float):
+        left = iter(epochs)
+        return lambda took, left_s, steps: int(next(left) * steps)
+
+    with monkeypatch.context() as m:
+        m.setattr(trainer, "steps_that_fit", room(2.5, 2, 1))
+        whole = stage.distill(cfg, tmp_path / "whole")
+        m.setattr(trainer, "steps_that_fit", room(2.5))
+        _killed_after_checkpoint(m, 1)
+        with pytest.raises(KeyboardInterrupt):
+            stage.distill(cfg, tmp_path / "a")
+    monkeypatch.setattr(trainer, "steps_that_fit", room(2, 1))
+    m = stage.distill(cfg, tmp_path / "a")
+    steps = whole.history[0]["steps"]
+    assert whole.history[-1]["cooldown"] == [math.ceil(3.2 * steps), 4 * steps]
+    assert m.epochs_run == whole.epochs_run == 4
+    assert m.history[-1]["cooldown"] == whole.history[-1]["cooldown"]
+    a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in ("a", "whole"))
+    assert all((a[k] == b[k]).all() for k in a)
+
+
 def test_probe_train_rate_is_the_governors_pace_at_each_thread_count(monkeypatch):
     # Beside a busy neighbour all cores crawl (every parallel region waits on a parked
     # thread) while 1 thread keeps its pace; the loop's governor then trains on 1 and
