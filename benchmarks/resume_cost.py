@@ -11,8 +11,13 @@ no run pays for labelling:
 Reported: seconds from start to the first epoch line minus that epoch's own seconds
 (start-up: data, cached logits, student, and for `resumed` the checkpoint) for `whole`
 and `resumed`, the work lost to the kill, total seconds, and whether `resumed` and
-`one-core` end with the same model.safetensors sha256 as `whole`. Writes
-benchmarks/results/resume_cost.{json,md}.
+`one-core` end with the same model.safetensors sha256 as `whole`.
+Then the same under a time budget (`--budget` minutes, no `--epochs`: the clock
+chooses the rows and the epochs): uninterrupted, and killed half-way into the epoch
+after `--kill-after` then rerun. Reported: the epochs each trained, the seconds the
+checkpoint held of the budget, and the walls against the budget (the resumed run
+spends what was left, so the two together take about the budget plus the start-up
+and the part of an epoch the kill cut off). Writes benchmarks/results/resume_cost.{json,md}.
 EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
 """
 
@@ -33,14 +38,17 @@ import smoke  # benchmarks/ is on the path of its own scripts
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCH = re.compile(r"^epoch (\d+): .*, ([\d.]+) s$")
+LEFT = re.compile(r"^time budget: (\d+) s left at the checkpoint")
 
 
-def argv(args: argparse.Namespace, out: Path) -> list[str]:
+def argv(args: argparse.Namespace, out: Path, budget: float | None = None) -> list[str]:
+    # Under a budget the clock chooses the epochs (and the rows): no `--epochs`.
+    length = ["--epochs", str(args.epochs)] if budget is None else ["--time-budget", str(budget)]
     return [
         sys.executable, "-m", "edgekd", "distill",
         "--teacher", str(args.shared / "models" / "sst2-minilm-teacher"),
         "--data", str(args.shared / "data" / "sst2"), "--max-train", str(args.rows),
-        "--epochs", str(args.epochs), "--patience", "99", "--seed", "0", "--out", str(out),
+        *length, "--patience", "99", "--seed", "0", "--out", str(out),
         *smoke.distill_args(),
     ]  # fmt: skip
 
@@ -58,11 +66,13 @@ def run(
         cmd, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=one_core if pinned else None
     )
     assert proc.stderr is not None
-    epochs, resumed_from = [], None
+    epochs, resumed_from, left_s = [], None, None
     for line in proc.stderr:
         now = time.perf_counter() - start
         if line.startswith("resuming from epoch"):
             resumed_from = int(line.split()[3])
+        if left := LEFT.match(line):
+            left_s = int(left[1])
         m = EPOCH.match(line.strip())
         if m:
             epochs.append({"epoch": int(m[1]), "at_s": now, "epoch_s": float(m[2])})
@@ -76,6 +86,7 @@ def run(
         "returncode": proc.returncode,
         "epochs": epochs,
         "resumed_from": resumed_from,
+        "budget_left_s": left_s,
         "startup_s": round(first["at_s"] - first["epoch_s"], 2) if first else None,
     }
 
@@ -91,6 +102,7 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=20_000)
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--kill-after", type=int, default=2)
+    p.add_argument("--budget", type=float, default=4.0, help="Minutes, for the budget runs.")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = p.parse_args()
     args.rows = smoke.at_most(args.rows, smoke.ROWS)
@@ -114,6 +126,15 @@ def main() -> None:
     same_one_core = sha256(args.work / "whole" / "model.safetensors") == sha256(
         args.work / "one-core" / "model.safetensors"
     )
+    # Under a budget: the clock's choices differ run to run, so no sha256; the epochs
+    # and the walls are the figures. Smoke: half a minute.
+    budget = smoke.at_most(args.budget, 0.5)
+    whole_b = run(argv(args, args.work / "whole-budget", budget), env)
+    killed_b = run(argv(args, args.work / "budget", budget), env, kill_after=args.kill_after)
+    resumed_b = run(argv(args, args.work / "budget", budget), env)
+    trained_b = sorted(
+        {e["epoch"] for e in killed_b["epochs"] + resumed_b["epochs"]}
+    )  # epochs the killed run finished, then those the resumed one trained
     epoch_s = [e["epoch_s"] for e in whole["epochs"]]
     result = {
         "smoke": smoke.SMOKE,
@@ -135,6 +156,18 @@ def main() -> None:
             "resumed": resumed["seconds"],
         },
         "runs": {"whole": whole, "one_core": pinned, "killed": killed, "resumed": resumed},
+        "budget": {
+            "minutes": budget,
+            "whole_epochs": len(whole_b["epochs"]),
+            "whole_s": whole_b["seconds"],
+            "killed_s": killed_b["seconds"],
+            "resumed_from_epoch": resumed_b["resumed_from"],
+            "left_at_checkpoint_s": resumed_b["budget_left_s"],
+            "resumed_s": resumed_b["seconds"],
+            "resumed_epochs": len(trained_b),
+            "resumed_returncode": resumed_b["returncode"],
+            "runs": {"whole": whole_b, "killed": killed_b, "resumed": resumed_b},
+        },
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "resume_cost.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -155,6 +188,18 @@ def main() -> None:
         f"| same weights (sha256) as uninterrupted | {'yes' if same else 'NO'} |",
         f"| uninterrupted on one core: same weights | {'yes' if same_one_core else 'NO'} |",
         f"| wall: uninterrupted on one core | {s['one_core']} s |",
+        "",
+        f"Under a {budget:g}-minute budget (`--time-budget`, no `--epochs`):",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| uninterrupted: epochs, wall | {len(whole_b['epochs'])}, {whole_b['seconds']} s |",
+        f"| killed after epoch / resumed from epoch | {args.kill_after} / "
+        f"{resumed_b['resumed_from']} |",
+        f"| budget left at the checkpoint (the resumed run's clock) | "
+        f"{resumed_b['budget_left_s']} s |",
+        f"| killed + resumed: epochs, wall | {len(trained_b)}, {killed_b['seconds']} s + "
+        f"{resumed_b['seconds']} s = {round(killed_b['seconds'] + resumed_b['seconds'], 2)} s |",
     ]
     text = smoke.markdown("\n".join(md) + "\n")
     (args.out / "resume_cost.md").write_text(text)
