@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 import smoke  # benchmarks/ is on the path of its own scripts
-from distill_default import revision
+from distill_default import cpu, revision
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -233,7 +233,7 @@ def main() -> None:
 
     meta = {
         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
-        "cpu": platform.processor() or "unknown", "revision": revision(), "rows": len(rows),
+        "cpu": cpu(), "revision": revision(), "rows": len(rows),
         "splits": splits, "repeats": repeats, "pick": pick, "smoke": smoke.SMOKE,
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)

@@ -32,12 +32,14 @@ import json
 import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import smoke  # benchmarks/ is on the path of its own scripts
+from distill_default import cpu, revision
 
 REPO = Path(__file__).resolve().parents[1]
 EPOCH = re.compile(r"^epoch (\d+): .*, ([\d.]+) s$")
@@ -156,6 +158,8 @@ def main() -> None:
     epoch_s = [e["epoch_s"] for e in whole["epochs"]]
     result = {
         "smoke": smoke.SMOKE,
+        "revision": revision(),
+        "cpu": cpu(),
         "rows": args.rows,
         "augmented_at_most": args.augmented,
         "epochs": args.epochs,
@@ -166,7 +170,7 @@ def main() -> None:
         "one_core_same_weights_sha256": same_one_core,
         "startup_s": {"fresh": whole["startup_s"], "resumed": resumed["startup_s"]},
         "resume_overhead_s": round(resumed["startup_s"] - whole["startup_s"], 2),
-        "median_epoch_s": sorted(epoch_s)[len(epoch_s) // 2],
+        "median_epoch_s": round(statistics.median(epoch_s), 2),
         "seconds": {
             "labelling_run": warm["seconds"],
             "whole": whole["seconds"],
@@ -196,6 +200,8 @@ def main() -> None:
     md = [
         f"# Resume cost: distill, {args.rows:,} SST-2 rows and at most {args.augmented:,} "
         f"augmented, {args.epochs} epochs, 2 cores",
+        "",
+        f"Revision {result['revision']}, {result['cpu']}.",
         "",
         "| figure | value |",
         "|---|---|",
