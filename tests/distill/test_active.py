@@ -105,18 +105,37 @@ def test_scout_order_per_text_spreads_the_prefix_over_the_texts(prepared):
         assert np.all(np.diff(gaps[mine]) >= 0)
 
 
-def test_scout_order_is_the_same_on_one_and_two_threads(prepared):
-    # The governor may switch the scout's thread count under load: the order must not move.
-    from edgekd.threads import torch_threads
+def test_scout_order_is_the_same_on_one_and_two_threads(prepared, monkeypatch):
+    # The governor may switch the scout's thread count under load: neither the scout
+    # nor the order may move. Its share of the cores is set to 1, then 2, so the scout
+    # really trains at each count (a 160-row scout ends inside one 2-second window:
+    # the governor alone would never switch it).
+    from edgekd import threads
 
+    if not threads.strict_blas():
+        pytest.skip("torch's BLAS is not MKL in strict mode: thread counts change weights")
     student, tok, texts, labels, candidates = prepared
     sources = np.zeros(len(candidates), np.int32)
-    orders = []
-    for threads in (1, 2):
-        with torch_threads(threads):
-            orders.append(
-                scout_order(config("uncertain"), student, tok, texts, labels, candidates, sources)
-            )
+    used: list[int] = []
+    step = threads.ThreadGovernor.step
+
+    def counted(self, rows):
+        used.append(torch.get_num_threads())
+        return step(self, rows)
+
+    monkeypatch.setattr(threads.ThreadGovernor, "step", counted)
+    scouts, orders, counts = [], [], []
+    for cores in (1, 2):
+        monkeypatch.setattr(threads, "core_share", lambda cores=cores: cores)
+        used.clear()
+        scouts.append(train_scout(config("uncertain"), student, tok, texts, labels))
+        counts.append(set(used))
+        orders.append(
+            scout_order(config("uncertain"), student, tok, texts, labels, candidates, sources)
+        )
+    assert counts[0] == {1} and 2 in counts[1]
+    one, two = (s.state_dict() for s in scouts)
+    assert all(torch.equal(one[k], two[k]) for k in one)
     assert orders[0].tolist() == orders[1].tolist()
 
 

@@ -212,6 +212,8 @@ def test_overlaps_only_the_plain_loop_of_one_process_with_a_core_to_spare():
         {"token_states": 8},
         {"augment": AugmentConfig(methods=["tang", "mixup"])},  # a training-time method
         {"loss": {"name": "annealing"}, "epochs": 20},  # its first epochs: another loss
+        {"intermediate": "pkd", "student": {"name": "bert", "options": {"layers": 1}}},
+        {"loss": "kd", "schedules": {"temperature": {"kind": "linear", "start": 4, "end": 2}}},
     ):
         assert not overlaps(_cfg(**{"time_budget": 10.0, "overlap": True, **change}), 1, 2), change
 

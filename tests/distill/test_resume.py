@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import FEW_VARIANTS, SMALL_BILSTM, make_rows, write_tsv
 
@@ -74,6 +76,13 @@ def test_distill_killed_mid_epoch_resumes_to_the_same_weights(
     whole = tmp_path / "whole"
     subprocess.run(distill_argv(tiny_teacher, bigger_data, whole, extra=extra), env=env,
                    check=True, capture_output=True, preexec_fn=one_core)  # fmt: skip
+    if "cooldown=0.7" in extra:  # the share set is the share planned, not the default 0.2
+        steps = json.loads((whole / "metrics.json").read_text())["history"][0]["steps"]
+        resolved = yaml.safe_load((whole / "config.yaml").read_text())
+        assert (resolved["cooldown_from"], resolved["cooldown_to"]) == (
+            math.ceil((1.0 - 0.7) * 6 * steps),  # ⌈1.8 L⌉, as the float rounds
+            6 * steps,
+        )
 
     out = tmp_path / "s"
     proc = subprocess.Popen(

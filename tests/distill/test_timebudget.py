@@ -45,6 +45,24 @@ def test_augmented_room_keeps_min_epochs_over_the_grown_set():
     assert not room(111_000, 0.0)  # 603 s
 
 
+def test_augmented_room_counts_rows_trained_while_labelling_but_keeps_one_whole_epoch():
+    clock = FixedClock(minutes=10, elapsed=100.0)
+    room = augmented_room(clock, n_train=50_000, train_rate=1_000, min_epochs=3, reserve_s=20)
+    # Without credit: 3 × 200,000 rows / 1,000 = 600 s; 100 + 600 + 20 = 720 > 600.
+    assert not room(150_000, 0.0)
+    # The early passes stepped 3,000 rows/s × 100 s of labelling = 300,000 rows: 300,000
+    # owed, 300 s; 100 + 100 + 300 + 20 = 520 ≤ 600. Credit read at 0 s would be 820 s.
+    credited = augmented_room(
+        clock, 50_000, 1_000, 3, reserve_s=20, trained=lambda label_s: 3_000 * label_s
+    )
+    assert credited(150_000, 100.0)
+    # 590,000 rows already stepped leave 10,000 owed, but one whole epoch (200,000
+    # rows, 200 s) is always kept: 100 + 280 + 200 + 20 = 600 fits, 290 s does not.
+    nearly_done = augmented_room(clock, 50_000, 1_000, 3, reserve_s=20, trained=lambda s: 590_000)
+    assert nearly_done(150_000, 280.0)
+    assert not nearly_done(150_000, 290.0)
+
+
 def test_make_plan_says_what_bound_the_choice():
     cfg = DistillConfig(teacher="t", epochs=10)
     clock = FixedClock(minutes=10, elapsed=200.0)
@@ -176,11 +194,47 @@ def test_run_distill_plans_epochs_at_the_probe_taken_after_labelling(
     # just before training, plans the epochs: its rate is the one recorded.
     from edgekd.stages import distill as stage
 
-    rates = iter([100.0, 1000.0])
+    # The first reads fast (every variant labelled), the second 0.2 rows/s: one epoch of
+    # the few hundred rows fits the 30 minutes, where the first rate planned all 3.
+    rates = iter([1e9, 0.2])
     monkeypatch.setattr(stage, "probe_train_rate", lambda *a, **k: next(rates))
     m = stage.distill(_run(tiny_teacher, tiny_data, time_budget=30.0), tmp_path / "a")
-    assert m.time_plan is not None and m.time_plan.train_rows_per_s == 1000.0
+    assert m.time_plan is not None and m.time_plan.train_rows_per_s == 0.2
+    assert m.time_plan.epochs == 1
     assert next(rates, None) is None  # probed exactly twice
+
+
+def test_run_distill_takes_the_main_process_plan_not_its_own(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # Under `accelerate launch` each process measures its own rates; the plan trained
+    # is the main process's, whatever this one computed.
+    from edgekd.artifacts import TimePlan
+    from edgekd.stages import distill as stage
+
+    def main(value):
+        mains = {"why": "the main process's plan"}
+        return value.model_copy(update=mains) if isinstance(value, TimePlan) else value
+
+    monkeypatch.setattr(stage, "main_choice", main)
+    m = stage.distill(_run(tiny_teacher, tiny_data, time_budget=30.0), tmp_path / "a")
+    assert m.time_plan is not None and m.time_plan.why == "the main process's plan"
+
+
+def test_run_distill_stops_where_the_main_process_says_its_loss_plateaued(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # This process's loss still falls after epoch 1 (3 epochs run alone); the main's
+    # answer "plateaued" ends every process's loop at the same epoch. No budget: the
+    # plateau's is then the only yes-or-no the loop takes from the main process.
+    from edgekd.distill import trainer
+    from edgekd.stages import distill as stage
+
+    alone = stage.distill(_run(tiny_teacher, tiny_data, time_budget=None), tmp_path / "alone")
+    assert alone.epochs_run == 3
+    monkeypatch.setattr(trainer, "main_choice", lambda v: True if isinstance(v, bool) else v)
+    m = stage.distill(_run(tiny_teacher, tiny_data, time_budget=None), tmp_path / "a")
+    assert m.epochs_run == 1
 
 
 def test_run_distill_stops_after_an_epoch_when_the_next_would_overrun(
@@ -246,15 +300,31 @@ def test_run_distill_trains_the_part_of_an_epoch_the_clock_leaves_and_reruns_to_
 
 
 def test_run_distill_cools_down_over_its_last_fifth_and_reruns_to_it(
-    tiny_teacher, tiny_data, tmp_path
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
 ):
     # No budget, 5 epochs of L steps: the rate falls to 0 over steps ⌈0.8 × 5L⌉ = 4L
     # to 5L (planned at the end of epoch 4), and the resolved config reruns to them.
+    from edgekd.distill import trainer
     from edgekd.stages import distill as stage
 
     cfg = _run(tiny_teacher, tiny_data, time_budget=None, epochs=5, lr_decay="cooldown")
-    m = stage.distill(cfg, tmp_path / "a")
+    rates: list[float] = []
+    real_step = trainer.optimiser_step
+
+    def spy(*a):
+        rates.append(a[5])  # the learning rate the step is taken at
+        return real_step(*a)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(trainer, "optimiser_step", spy)
+        m = stage.distill(cfg, tmp_path / "a")
     steps = m.history[0]["steps"]
+    # Step s of the cool-down (4L ≤ s < 5L) runs at the full rate × (5L − s) / L.
+    assert len(rates) == 5 * steps
+    full = rates[4 * steps - 1]
+    assert rates[4 * steps :] == pytest.approx(
+        [full * (5 * steps - s) / steps for s in range(4 * steps, 5 * steps)]
+    )
     assert [h["cooldown"] for h in m.history] == [[None, None]] * 3 + [[4 * steps, 5 * steps]] * 2
     assert m.epochs_run == 5
     resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
@@ -557,7 +627,7 @@ def _killed_after_checkpoint(monkeypatch, nth: int) -> None:
 
 
 def test_run_distill_resumed_under_a_budget_trains_the_epochs_its_clock_has_room_for(
-    tiny_teacher, tiny_data, tmp_path, monkeypatch
+    tiny_teacher, tiny_data, tmp_path, monkeypatch, capsys
 ):
     # The plan forecasts 1 epoch and the clock buys 2 more (to the cap, shrunk to 3).
     # Killed after epoch 1, the resumed run spends the budget left at the checkpoint:
@@ -579,8 +649,13 @@ def test_run_distill_resumed_under_a_budget_trains_the_epochs_its_clock_has_room
     state = json.loads((tmp_path / ".a.resume" / "state.json").read_text())
     assert 0 < state["budget_left_s"] < 30 * 60 and state["epoch"] == 1
     assert whole.time_plan is not None and whole.time_plan.epochs == 1 and whole.epochs_run == 3
+    capsys.readouterr()
     m = stage.distill(cfg, tmp_path / "a")  # no probe: the checkpoint's plan is kept
     assert m.epochs_run == 3 and [h["epoch"] for h in m.history] == [1, 2, 3]
+    # Resumed, not started over (a restart would train the same weights from epoch 1).
+    err = capsys.readouterr().err
+    assert "resuming from epoch 2" in err
+    assert not any(line.startswith("epoch 1:") for line in err.splitlines())
     resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
     assert resolved["epochs"] == 3
     a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in ("a", "whole"))

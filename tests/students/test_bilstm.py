@@ -132,6 +132,20 @@ def test_prepare_extra_pieces_start_from_their_teacher_rows(tiny_teacher):
     plain, _ = BiLSTMStudent.prepare({**options, "extra_pieces": 0}, texts, 2, teacher, ttok)
     tokens = vocab_tokens(tok)
     assert model.vocab_size == len(tokens) > plain.vocab_size
+    # The option reaches the tokenizer as given, not off by one or as a default.
+    from edgekd.students import table as table_module
+
+    asked: list[int] = []
+    real = table_module.wordpiece_from_teacher
+
+    def spy(*a, **k):
+        asked.append(k["extra"])
+        return real(*a, **k)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(table_module, "wordpiece_from_teacher", spy)
+        BiLSTMStudent.prepare(options, texts, 2, teacher, ttok)
+    assert asked == [6]
     table = teacher.get_input_embeddings().weight.detach()
     np.testing.assert_allclose(
         model.embedding.weight[1:].detach().numpy(),

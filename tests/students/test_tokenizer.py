@@ -89,6 +89,10 @@ def test_wordpiece_subset_keeps_extra_pieces_and_still_tokenizes_its_texts_like_
     # texts' own (##o, ##d, ##e, ##s): "x", unseen in the texts, has a row now.
     assert tokens == [*SPECIALS, *PIECES[:8], "s", "##o", "##d", "##e", "##s"]
     assert sub.tokenizer.encode("x", add_special_tokens=False).tokens == ["x"]
+    # "x" is the 3rd piece: kept from extra=3 on, not at 2 (an off-by-one would show).
+    for extra, pieces in ((2, ["[UNK]"]), (3, ["x"])):
+        cut = wordpiece_from_teacher(teacher_tok, 16, texts=texts, extra=extra)
+        assert cut.tokenizer.encode("x", add_special_tokens=False).tokens == pieces
     assert sub.tokenizer.encode(texts[0], add_special_tokens=False).tokens == teacher_tok.tokenize(
         texts[0]
     )
