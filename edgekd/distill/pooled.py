@@ -132,22 +132,33 @@ class PooledClassifier(nn.Module):
         """The encoder's word table (students start from it), as HF models give it."""
         return self.base_model.get_input_embeddings()
 
-    def pooled(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kw: Any) -> Any:
+    def pooled(
+        self, input_ids: torch.Tensor | None, attention_mask: torch.Tensor, **kw: Any
+    ) -> Any:
         encoder: Any = self.base_model
         out = encoder(input_ids=input_ids, attention_mask=attention_mask, **kw)
         return mean_pool(out.last_hidden_state, attention_mask), out
 
     def forward(
         self,
-        input_ids: torch.Tensor,
+        input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         output_hidden_states: bool = False,
+        inputs_embeds: torch.Tensor | None = None,
         **kw: Any,
     ) -> Any:
+        """Logits from `input_ids`, or from `inputs_embeds` (MixKD's mixed word vectors),
+        as an HF classifier takes either."""
         from transformers.modeling_outputs import SequenceClassifierOutput
 
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("give input_ids or inputs_embeds, not both or neither")
         if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
+            given = input_ids if input_ids is not None else inputs_embeds
+            assert given is not None
+            attention_mask = torch.ones(given.shape[:2], dtype=torch.long, device=given.device)
+        if inputs_embeds is not None:
+            kw["inputs_embeds"] = inputs_embeds
         vector, out = self.pooled(
             input_ids, attention_mask, output_hidden_states=output_hidden_states, **kw
         )

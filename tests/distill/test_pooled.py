@@ -88,6 +88,29 @@ def test_load_teacher_gives_same_logits_as_mean_of_tokens_through_head(pooled_te
     assert torch.allclose(logits, by_hand, atol=1e-6)
 
 
+def test_pooled_teacher_gives_same_logits_from_inputs_embeds_as_from_ids(pooled_teacher):
+    # MixKD labels mixed word vectors through `inputs_embeds`; a pooled teacher once took
+    # only ids, and `--augment tang,mixup` stopped on its first step.
+    from edgekd.distill.mixup import teacher_mixed_logits
+    from edgekd.distill.teacher import load_teacher
+
+    model, tok = load_teacher(str(pooled_teacher))
+    enc = tok(["good film", "a bad and dull film indeed"], padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        by_ids = model(**enc).logits
+        table = model.get_input_embeddings()
+        by_vectors = model(
+            inputs_embeds=table(enc["input_ids"]), attention_mask=enc["attention_mask"]
+        ).logits
+        ids = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -1)
+        mixed = teacher_mixed_logits(model, ids, ids, torch.tensor([0.3, 0.8]))
+    assert torch.allclose(by_vectors, by_ids, atol=1e-5)
+    # A text mixed with itself is itself, whatever λ.
+    assert torch.allclose(mixed, by_ids, atol=1e-5)
+    with pytest.raises(ValueError, match="input_ids or inputs_embeds"):
+        model(attention_mask=enc["attention_mask"])
+
+
 def test_load_teacher_refuses_pooled_folder_missing_a_weight(pooled_teacher, tmp_path):
     import shutil
 
