@@ -812,7 +812,7 @@ def check_teacher_vocabulary(cfg: DistillConfig, teacher_tokenizer: Any) -> None
             "vocabulary, and this teacher's tokenizer is not WordPiece: choose other "
             "--augment methods"
         )
-    if cfg.student.options.get("extra_pieces"):
+    if cfg.student.options.get("extra_pieces") not in (None, 0, "auto"):  # auto: 0 here
         raise EdgeKDError(
             "student option extra_pieces keeps a WordPiece teacher's pieces, and this "
             "teacher's tokenizer is not WordPiece: set student.options.extra_pieces=0"

@@ -20,6 +20,7 @@ import torch
 
 from edgekd.artifacts import CONFIG, DistillMetrics, TaskShape
 from edgekd.config import (
+    SMALL_TASK_TEXTS,
     DistillConfig,
     EarlyPass,
     load_yaml,
@@ -193,7 +194,15 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     console.print(f"data: {shape.describe()}")
     if cfg.augment.methods == "auto":
         console.print(cfg.augment.describe_auto(len(train), wordpiece))
-    cfg = cfg.model_copy(update={"augment": augment})
+    options = STUDENTS.get(cfg.student.name).for_task(cfg.student.options, len(train), wordpiece)
+    if options != cfg.student.options:
+        chosen = {k: v for k, v in options.items() if cfg.student.options.get(k) != v}
+        console.print(
+            "student: " + ", ".join(f"{k} {v}" for k, v in chosen.items()) + " (auto, "
+            + ("a small task)" if len(train) < SMALL_TASK_TEXTS else "not a small task)")
+        )  # fmt: skip
+    student_cfg = cfg.student.model_copy(update={"options": options})
+    cfg = cfg.model_copy(update={"augment": augment, "student": student_cfg})
     seconds["load"] = time.perf_counter() - t
 
     from accelerate import PartialState

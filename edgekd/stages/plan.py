@@ -163,12 +163,14 @@ def measure(
     from edgekd.stages.bundle import make_bundle
     from edgekd.stages.export import export as run_export
     from edgekd.students.base import save_student
+    from edgekd.students.tokenizer import is_wordpiece
 
     torch.manual_seed(0)
     try:
-        model, tok = STUDENTS.get(c.name).prepare(
-            c.options, task.train.texts, task.num_labels, teacher, teacher_tok
-        )
+        kind = STUDENTS.get(c.name)
+        # The options a distill run on this task resolves (a small task's table is larger).
+        options = kind.for_task(c.options, len(task.train.texts), is_wordpiece(teacher_tok))
+        model, tok = kind.prepare(options, task.train.texts, task.num_labels, teacher, teacher_tok)
     except ValueError as e:  # options that fit the config model but not this teacher
         raise EdgeKDError(
             f"plan candidate {c.name}: {str(e).splitlines()[0]}; fix the grid"

@@ -81,6 +81,12 @@ class Student(nn.Module):
         raise NotImplementedError(f"student {self.name!r} cannot be trimmed")
 
     @classmethod
+    def for_task(cls, options: dict[str, Any], n_texts: int, wordpiece: bool) -> dict[str, Any]:
+        """`options` with every `auto` made a value for a task of `n_texts` training
+        texts and a WordPiece teacher or not: what a run records. None here."""
+        return options
+
+    @classmethod
     def prepare(
         cls,
         options: dict[str, Any],

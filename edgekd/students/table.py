@@ -16,14 +16,21 @@ prepare, pairs, trimming and the ONNX inputs come from here.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import torch
 from pydantic import Field, model_validator
 from torch import nn
 
-from edgekd.config import MAX_INNER, MAX_TOKENS, MAX_VOCAB, MAX_WIDTH, StrictModel
+from edgekd.config import (
+    MAX_INNER,
+    MAX_TOKENS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+    SMALL_TASK_TEXTS,
+    StrictModel,
+)
 from edgekd.data import sides_of
 from edgekd.errors import EdgeKDError
 from edgekd.students.base import (
@@ -45,6 +52,21 @@ from edgekd.students.tokenizer import (
 # Rows of a WordPiece table before `trim` cuts it: BERT-uncased's vocabulary, what the
 # size caps count (the table is the teacher's size until then).
 WORDPIECE_ROWS = 30_522
+
+# `init: auto` and `extra_pieces: auto` on a small task (the threshold `augment.methods:
+# auto` uses: under 7,500 training texts). Its transfer set is variants of a few hundred
+# texts, so many words of the texts it will meet are not among its pieces, or sit in it
+# only in the few contexts those texts give. The teacher's most frequent pieces give
+# such words a row; the teacher-output start gives every row what the fine-tuned
+# encoder made of it, so an unseen "superb" starts beside a seen "great". Measured one
+# lever at a time (benchmarks/results/levers.md, 3 seeds, 13 minutes): CLINC150 at 10
+# rows per class, extra_pieces 10,000 +1.07 points, teacher-output +0.20, every seed up;
+# SST-2 cut to 400 rows per label, one seed, 6 epochs, dev accuracy 0.672 (defaults),
+# 0.700 (extra pieces), 0.698 (teacher-output), 0.713 (both; TF-IDF 0.692). On SST-2's
+# 67k texts teacher-output lost 0.46 points and extra_pieces 0.57 at 13 minutes: a task
+# that large keeps the input table and its own pieces. 10,000 pieces cost at most
+# 10,000 × 64 int8 bytes (0.64 MB) of table; the bundles stay under 1.8 MB.
+SMALL_TASK_EXTRA_PIECES = 10_000
 
 
 class TableConfig(StrictModel):
@@ -73,22 +95,23 @@ class TableConfig(StrictModel):
         400, ge=1, le=MAX_INNER, description="ReLU layer width; Tang et al.: 400."
     )
     dropout: float = Field(0.1, ge=0, lt=1)
-    init: Literal["teacher", "teacher-output", "random"] = Field(
-        "teacher",
+    init: Literal["auto", "teacher", "teacher-output", "random"] = Field(
+        "auto",
         description="Start embeddings from the teacher's input table (teacher), or from "
         "what its fine-tuned encoder outputs for each token alone (teacher-output, "
-        "model2vec's recipe), PCA to the table's width; or random.",
+        "model2vec's recipe), PCA to the table's width; or random. auto: teacher-output "
+        f"on a small task (under {SMALL_TASK_TEXTS:,} training texts), else teacher.",
     )
     max_vocab: int = Field(
         50_000, ge=3, le=MAX_VOCAB, description="Word vocabulary cap (incl. PAD, UNK)."
     )
     min_freq: int = Field(1, ge=1, description="Keep words seen at least this often.")
-    extra_pieces: int = Field(
-        0,
-        ge=0,
-        le=MAX_VOCAB,
+    extra_pieces: Annotated[int, Field(ge=0, le=MAX_VOCAB)] | Literal["auto"] = Field(
+        "auto",
         description="With a WordPiece vocabulary: also keep the teacher's first N pieces "
-        "(its most frequent), for words the transfer set lacks; each costs a table row.",
+        "(its most frequent), for words the transfer set lacks; each costs a table row. "
+        f"auto: {SMALL_TASK_EXTRA_PIECES:,} on a small task with a WordPiece teacher, "
+        "else 0.",
     )
     lowercase: bool = True
     max_length: int = Field(
@@ -100,7 +123,7 @@ class TableConfig(StrictModel):
 
     @model_validator(mode="after")
     def _pieces_need_wordpiece(self) -> TableConfig:
-        if self.extra_pieces and self.vocab == "word":
+        if self.extra_pieces not in (0, "auto") and self.vocab == "word":
             raise ValueError("extra_pieces keeps teacher WordPiece pieces; use vocab wordpiece")
         return self
 
@@ -252,6 +275,21 @@ class TableStudent(Student):
         return out.eval()
 
     @classmethod
+    def for_task(cls, options: dict[str, Any], n_texts: int, wordpiece: bool) -> dict[str, Any]:
+        """`init` and `extra_pieces` for the task: on a small one (under
+        `SMALL_TASK_TEXTS` training texts) the teacher-output start and, with a
+        WordPiece teacher, `SMALL_TASK_EXTRA_PIECES` of its pieces."""
+        config = cls.Config(**options)
+        small = n_texts < SMALL_TASK_TEXTS
+        out = dict(options)
+        if config.init == "auto":
+            out["init"] = "teacher-output" if small else "teacher"
+        if config.extra_pieces == "auto":
+            words = config.vocab == "word" or not wordpiece
+            out["extra_pieces"] = SMALL_TASK_EXTRA_PIECES if small and not words else 0
+        return out
+
+    @classmethod
     def prepare(
         cls,
         options: dict[str, Any],
@@ -261,6 +299,9 @@ class TableStudent(Student):
         teacher_tokenizer: Any,
     ) -> tuple[TableStudent, StudentTokenizer]:
         pair = any(not isinstance(t, str) for t in texts[:1])
+        # `texts` holds the augmented rows too, so it cannot tell a small task: an `auto`
+        # `distill` has not resolved (`for_task`, from the training texts) means a large one.
+        options = cls.for_task(options, SMALL_TASK_TEXTS, is_wordpiece(teacher_tokenizer))
         config = cls.Config(**{**options, "pair": pair})
         if config.vocab == "auto":
             kind = "wordpiece" if is_wordpiece(teacher_tokenizer) else "word"
@@ -283,7 +324,7 @@ class TableStudent(Student):
         else:
             tok = wordpiece_from_teacher(
                 teacher_tokenizer, config.max_length, texts=sides_of(texts),
-                extra=config.extra_pieces,
+                extra=int(config.extra_pieces),  # resolved above: never auto here
             )  # fmt: skip
             # WordPiece ids must not collide with our padding row 0 meaning anything else.
             if tok.pad_id != 0:

@@ -432,3 +432,5 @@ def test_teacher_vocabulary_readers_refused_for_a_word_level_teacher(sets, messa
     with pytest.raises(EdgeKDError, match=message):
         check_teacher_vocabulary(DistillConfig(teacher="t", **sets), tok)
     check_teacher_vocabulary(DistillConfig(teacher="t"), tok)  # the defaults read none
+    auto = {"student": {"name": "bilstm", "options": {"extra_pieces": "auto"}}}
+    check_teacher_vocabulary(DistillConfig(teacher="t", **auto), tok)  # auto: 0 here

@@ -152,11 +152,19 @@ def test_run_distill_auto_methods_add_neighbour_on_a_small_task_and_record_them(
     first = run_distill(cfg(tiny_teacher, tiny_data, augment={"n_iter": 2}), tmp_path / "a")
     resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
     assert [m["name"] for m in resolved["augment"]["methods"]] == ["neighbour", "tang"]
-    assert "augment: neighbour, tang (auto: a small task" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "augment: neighbour, tang (auto: a small task" in err
+    # The student's auto options too: the teacher-output start and the teacher's pieces.
+    options = resolved["student"]["options"]
+    assert options == {**SMALL_BILSTM, "init": "teacher-output", "extra_pieces": 10_000}
+    assert "student: init teacher-output, extra_pieces 10000 (auto, a small task)" in err
+    student = StudentMeta.read(tmp_path / "a")
+    assert student.config["init"] == "teacher-output" and student.config["extra_pieces"] == 10_000
     # The resolved config reruns the same augmentation: its rows, from the cache.
     again = run_distill(DistillConfig.model_validate(resolved), tmp_path / "b")
     assert again["n_augmented"] == first["n_augmented"] > 0
     assert again["cache_hits"]["augmented"] is True
+    assert again["vocab_size"] == first["vocab_size"]
 
 
 def test_run_distill_augments_sentence_pairs_side_by_side(tiny_teacher, pair_data, tmp_path):

@@ -153,6 +153,37 @@ def test_prepare_extra_pieces_start_from_their_teacher_rows(tiny_teacher):
     )
 
 
+@pytest.mark.parametrize(
+    ("options", "n_texts", "wordpiece", "want"),
+    [
+        ({}, 713, True, {"init": "teacher-output", "extra_pieces": 10_000}),
+        ({}, 7_499, True, {"init": "teacher-output", "extra_pieces": 10_000}),
+        ({}, 7_500, True, {"init": "teacher", "extra_pieces": 0}),
+        ({}, 713, False, {"init": "teacher-output", "extra_pieces": 0}),  # no pieces to add
+        ({"vocab": "word"}, 713, True, {"vocab": "word", "init": "teacher-output",
+                                        "extra_pieces": 0}),
+        ({"init": "random", "extra_pieces": 3}, 713, True, {"init": "random", "extra_pieces": 3}),
+        ({"init": "auto", "extra_pieces": "auto"}, 60_000, True,
+         {"init": "teacher", "extra_pieces": 0}),
+    ],
+)  # fmt: skip
+def test_for_task_resolves_auto_init_and_pieces_by_task_size(options, n_texts, wordpiece, want):
+    assert BiLSTMStudent.for_task(options, n_texts, wordpiece) == want
+
+
+def test_prepare_reads_an_unresolved_auto_as_a_large_task(tiny_teacher):
+    from edgekd.distill.teacher import load_teacher
+
+    teacher, ttok = load_teacher(str(tiny_teacher))
+    texts = ["a good movie"]
+    model, tok = BiLSTMStudent.prepare({"embedding_dim": 32}, texts, 2, teacher, ttok)
+    assert model.config.init == "teacher" and model.config.extra_pieces == 0
+    large = {"embedding_dim": 32, "init": "teacher", "extra_pieces": 0}
+    same, same_tok = BiLSTMStudent.prepare(large, texts, 2, teacher, ttok)
+    assert vocab_tokens(tok) == vocab_tokens(same_tok)
+    torch.testing.assert_close(model.embedding.weight, same.embedding.weight)
+
+
 def test_extra_pieces_are_refused_with_a_word_vocabulary():
     from pydantic import ValidationError
 
