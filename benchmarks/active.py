@@ -95,13 +95,17 @@ def main() -> None:
     )  # fmt: skip
     candidates, sources = augmented_texts(base, list(train.texts), ttok)
     teacher_score = None
+    # The student a default distill would train on this many texts (its auto options).
+    from edgekd.students.tokenizer import is_wordpiece
+
+    default_options = BiLSTMStudent.for_task({}, len(train), is_wordpiece(ttok))
     for seed in seeds:
         for arm in arms:
             augment = AugmentConfig(order=arm, max_rows=rows)
             cfg = base.model_copy(update={"seed": seed, "augment": augment})
             torch.manual_seed(seed)
             student, tok = BiLSTMStudent.prepare(
-                {}, list(train.texts) + list(candidates), len(names), model, ttok
+                default_options, list(train.texts) + list(candidates), len(names), model, ttok
             )
             t = time.perf_counter()
             order = scout_order(cfg, student, tok, train.texts, train.labels, candidates, sources)

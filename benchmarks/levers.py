@@ -1,6 +1,6 @@
 """One distillation lever against the defaults, side by side, on a shared task.
 
-    python benchmarks/levers.py --task clinc150-10 --lever student.options.init=teacher-output
+    python benchmarks/levers.py --task clinc150-10 --lever lr_decay=cooldown
         [--seeds 0 1 2] [--also FIELD=VALUE ...]
 
 For each seed, two runs of `edgekd distill --student bilstm --teacher T --data D --seed N`

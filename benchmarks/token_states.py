@@ -95,11 +95,15 @@ def main() -> None:
     teacher_dev = float((dev_logits.argmax(1) == np.array(dev.labels)).mean())
 
     results: list[dict[str, Any]] = []
+    # The student a default distill would train on this many texts (its auto options).
+    from edgekd.students.tokenizer import is_wordpiece
+
+    default_options = BiLSTMStudent.for_task({}, len(train), is_wordpiece(ttok))
     for seed in seeds:
         for arm, with_states in (("logits", False), ("logits + token states", True)):
             cfg = base.model_copy(update={"seed": seed, "token_states": k if with_states else 0})
             torch.manual_seed(seed)
-            student, tok = BiLSTMStudent.prepare({}, list(train.texts), 2, model, ttok)
+            student, tok = BiLSTMStudent.prepare(default_options, list(train.texts), 2, model, ttok)
             extras = build_extras(
                 cfg, student, tok, model, ttok, np.zeros(0, np.int64), len(train),
                 states=states if with_states else None,

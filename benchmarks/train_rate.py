@@ -83,6 +83,10 @@ def main() -> None:
         return args.lr * (math.sqrt(batch / BASE_BATCH) if args.lr_scale == "sqrt" else 1.0)
 
     runs: list[dict[str, Any]] = []
+    # The student a default distill would train on this many texts (its auto options).
+    from edgekd.students.tokenizer import is_wordpiece
+
+    default_options = BiLSTMStudent.for_task({}, len(train), is_wordpiece(ttok))
     with tempfile.TemporaryDirectory() as cache:
         for repeat in range(repeats):
             for batch in args.batch_sizes:
@@ -91,7 +95,9 @@ def main() -> None:
                     batch_size=batch, lr=lr_of(batch), seed=repeat, time_budget=None,
                 )  # fmt: skip
                 torch.manual_seed(repeat)
-                student, tok = BiLSTMStudent.prepare({}, list(train.texts), 2, model, ttok)
+                student, tok = BiLSTMStudent.prepare(
+                    default_options, list(train.texts), 2, model, ttok
+                )
                 extras = build_extras(
                     cfg, student, tok, model, ttok, np.zeros(0, np.int64), len(train)
                 )

@@ -129,7 +129,8 @@ class PooledClassifier(nn.Module):
         self.classifier = nn.Linear(self.config.hidden_size, self.config.num_labels)
 
     def get_input_embeddings(self) -> Any:
-        """The encoder's word table (students start from it), as HF models give it."""
+        """The encoder's word table (a large task's students start from it; MixKD mixes
+        its rows), as HF models give it."""
         return self.base_model.get_input_embeddings()
 
     def pooled(

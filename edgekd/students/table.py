@@ -100,7 +100,8 @@ class TableConfig(StrictModel):
         description="Start embeddings from the teacher's input table (teacher), or from "
         "what its fine-tuned encoder outputs for each token alone (teacher-output, "
         "model2vec's recipe), PCA to the table's width; or random. auto: teacher-output "
-        f"on a small task (under {SMALL_TASK_TEXTS:,} training texts), else teacher.",
+        f"on a small task (under {SMALL_TASK_TEXTS:,} training texts) with a WordPiece "
+        "teacher, else teacher.",
     )
     max_vocab: int = Field(
         50_000, ge=3, le=MAX_VOCAB, description="Word vocabulary cap (incl. PAD, UNK)."
@@ -277,13 +278,14 @@ class TableStudent(Student):
     @classmethod
     def for_task(cls, options: dict[str, Any], n_texts: int, wordpiece: bool) -> dict[str, Any]:
         """`init` and `extra_pieces` for the task: on a small one (under
-        `SMALL_TASK_TEXTS` training texts) the teacher-output start and, with a
-        WordPiece teacher, `SMALL_TASK_EXTRA_PIECES` of its pieces."""
+        `SMALL_TASK_TEXTS` training texts) with a WordPiece teacher, the teacher-output
+        start and `SMALL_TASK_EXTRA_PIECES` of its pieces (with a word vocabulary, the
+        start alone); else the input-table start and the transfer set's own pieces."""
         config = cls.Config(**options)
         small = n_texts < SMALL_TASK_TEXTS
         out = dict(options)
-        if config.init == "auto":
-            out["init"] = "teacher-output" if small else "teacher"
+        if config.init == "auto":  # measured with WordPiece teachers only
+            out["init"] = "teacher-output" if small and wordpiece else "teacher"
         if config.extra_pieces == "auto":
             words = config.vocab == "word" or not wordpiece
             out["extra_pieces"] = SMALL_TASK_EXTRA_PIECES if small and not words else 0

@@ -104,9 +104,17 @@ def test_pooled_teacher_gives_same_logits_from_inputs_embeds_as_from_ids(pooled_
         ).logits
         ids = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -1)
         mixed = teacher_mixed_logits(model, ids, ids, torch.tensor([0.3, 0.8]))
+        # Two different texts at λ = 0.3: the teacher on 0.3·E(a) + 0.7·E(b).
+        a, b = ids[:1], ids[1:]
+        two = teacher_mixed_logits(model, a, b, torch.tensor([0.3]))
+        ea = table(a.clamp_min(0)) * (a >= 0).unsqueeze(-1)
+        eb = table(b.clamp_min(0)) * (b >= 0).unsqueeze(-1)
+        mask = ((a >= 0) | (b >= 0)).long()
+        by_hand = model(inputs_embeds=0.3 * ea + 0.7 * eb, attention_mask=mask).logits
     assert torch.allclose(by_vectors, by_ids, atol=1e-5)
     # A text mixed with itself is itself, whatever λ.
     assert torch.allclose(mixed, by_ids, atol=1e-5)
+    assert torch.allclose(two, by_hand, atol=1e-6) and not torch.allclose(two, by_ids[1:])
     with pytest.raises(ValueError, match="input_ids or inputs_embeds"):
         model(attention_mask=enc["attention_mask"])
 

@@ -164,7 +164,26 @@ def test_run_distill_auto_methods_add_neighbour_on_a_small_task_and_record_them(
     again = run_distill(DistillConfig.model_validate(resolved), tmp_path / "b")
     assert again["n_augmented"] == first["n_augmented"] > 0
     assert again["cache_hits"]["augmented"] is True
-    assert again["vocab_size"] == first["vocab_size"]
+    a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in "ab")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_run_distill_auto_student_options_keep_the_input_table_on_a_larger_task(
+    tiny_teacher, tiny_data, tmp_path, capsys, monkeypatch
+):
+    import yaml
+
+    from edgekd.stages import distill as stage
+    from edgekd.students import table
+
+    # tiny_data's ~140 training texts read as a large task when the threshold is 100.
+    monkeypatch.setattr(stage, "SMALL_TASK_TEXTS", 100)
+    monkeypatch.setattr(table, "SMALL_TASK_TEXTS", 100)
+    run_distill(cfg(tiny_teacher, tiny_data, epochs=1), tmp_path / "a")
+    resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert resolved["student"]["options"] == {**SMALL_BILSTM, "init": "teacher", "extra_pieces": 0}
+    err = capsys.readouterr().err
+    assert "student: init teacher, extra_pieces 0 (auto, not a small task)" in err
 
 
 def test_run_distill_augments_sentence_pairs_side_by_side(tiny_teacher, pair_data, tmp_path):

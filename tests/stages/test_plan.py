@@ -74,6 +74,25 @@ def test_plan_keeps_the_candidates_that_fit_and_ranks_them(tiny_teacher, tiny_da
     assert shape.min_per_class <= shape.median_per_class <= 144
 
 
+def test_plan_builds_each_candidate_with_the_options_distill_would_resolve(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # A small task's distill keeps 10,000 more teacher pieces and starts from the
+    # teacher's outputs: plan must size the table that run would ship, not a large task's.
+    from edgekd.students.bilstm import BiLSTMStudent
+
+    prepared: list[dict] = []
+    real = BiLSTMStudent.prepare.__func__  # type: ignore[attr-defined]
+
+    def spy(cls, options, *args):
+        prepared.append(dict(options))
+        return real(cls, options, *args)
+
+    monkeypatch.setattr(BiLSTMStudent, "prepare", classmethod(spy))
+    plan(config(tiny_teacher, tiny_data, grid=[SMALL]), Budget(max_bytes=MAX_BYTES), tmp_path / "p")
+    assert prepared == [{**SMALL["options"], "init": "teacher-output", "extra_pieces": 10_000}]
+
+
 def test_plan_ranks_fitting_candidates_largest_first(tiny_teacher, tiny_data, tmp_path):
     result = plan(config(tiny_teacher, tiny_data), Budget(max_bytes=10_000_000), tmp_path / "p")
     assert [c.student for c in result.top(2)] == [LARGE, SMALL]

@@ -159,7 +159,7 @@ def test_prepare_extra_pieces_start_from_their_teacher_rows(tiny_teacher):
         ({}, 713, True, {"init": "teacher-output", "extra_pieces": 10_000}),
         ({}, 7_499, True, {"init": "teacher-output", "extra_pieces": 10_000}),
         ({}, 7_500, True, {"init": "teacher", "extra_pieces": 0}),
-        ({}, 713, False, {"init": "teacher-output", "extra_pieces": 0}),  # no pieces to add
+        ({}, 713, False, {"init": "teacher", "extra_pieces": 0}),  # measured with WordPiece
         ({"vocab": "word"}, 713, True, {"vocab": "word", "init": "teacher-output",
                                         "extra_pieces": 0}),
         ({"init": "random", "extra_pieces": 3}, 713, True, {"init": "random", "extra_pieces": 3}),
