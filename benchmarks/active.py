@@ -69,7 +69,7 @@ def main() -> None:
     from edgekd.distill.active import SCOUT_ROWS, scout_order
     from edgekd.distill.labeling import AugmentedPlan, augmented_texts, teacher_labels
     from edgekd.distill.losses import NO_LABEL
-    from edgekd.distill.teacher import load_teacher, teacher_label_names
+    from edgekd.distill.teacher import at_trained_length, load_teacher, teacher_label_names
     from edgekd.distill.trainer import build_extras, train_student
     from edgekd.distill.transfer import TakenColumn
     from edgekd.exporters.teacher import OnnxLabelers
@@ -89,10 +89,11 @@ def main() -> None:
     arms = ["seeded", *args.orders]
     results: list[dict[str, Any]] = []
     cache = tempfile.mkdtemp(prefix="edgekd-active-")
-    base = DistillConfig(
+    # Labelled at the length the teacher trained at, as a default distill labels.
+    base = at_trained_length(DistillConfig(
         teacher=str(teacher_dir), epochs=epochs, selection_rows=0, cache_dir=cache,
         data=on,
-    )  # fmt: skip
+    ))  # fmt: skip
     candidates, sources = augmented_texts(base, list(train.texts), ttok)
     teacher_score = None
     # The student a default distill would train on this many texts (its auto options).

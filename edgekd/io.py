@@ -566,6 +566,20 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def source_digest(roots: Iterable[Path]) -> str:
+    """sha256 over the `.py` and `.yaml` source under `roots` (folders, or single
+    files): names and contents, compiled bytecode ignored. Caches keyed by it are made
+    again by code that differs, whatever version it calls itself."""
+    h = hashlib.sha256()
+    for root in roots:
+        files = [root] if root.is_file() else sorted(root.rglob("*"))
+        for f in files:
+            if f.suffix in (".py", ".yaml") and f.is_file() and "__pycache__" not in f.parts:
+                name = f.name if f == root else f.relative_to(root).as_posix()
+                h.update(f"{root.name}/{name}\0{sha256_file(f)}\0".encode())
+    return h.hexdigest()
+
+
 def tree_bytes(path: str | Path) -> int:
     """Bytes of a file, or of every file under a folder."""
     path = Path(path)

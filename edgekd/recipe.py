@@ -5,8 +5,9 @@ A recipe is data (YAML validated by `Recipe`). Its sections become each stage's 
 `plan_config`), and every stage is the stage library's own function (`edgekd.stages`),
 called as the Python API calls it: config first, then its inputs, then its folder.
 Each stage writes one folder under `out/` and a `.stage.json` holding its cache key:
-the sha256 of the stage's resolved config, the keys of the stages it reads, and the
-content hashes of external inputs (data files, a local teacher, the budget's limits).
+the sha256 of the stage's resolved config, the keys of the stages it reads, the
+content hashes of external inputs (data files, a local teacher, the budget's limits)
+and the running edgekd's version and source digest (`code_fingerprint`).
 A rerun skips every stage whose key is unchanged, so editing only the budget re-runs
 only the check and the report that shows it. `manifest.json` records versions, input
 hashes, and each stage's key, status and seconds.
@@ -55,7 +56,14 @@ from edgekd.config import (
     validate,
 )
 from edgekd.errors import EdgeKDError
-from edgekd.io import atomic_dir, check_not_input, claim_folder, config_inputs, sha256_file
+from edgekd.io import (
+    atomic_dir,
+    check_not_input,
+    claim_folder,
+    config_inputs,
+    sha256_file,
+    source_digest,
+)
 from edgekd.progress import console, shown
 from edgekd.registry import Component
 from edgekd.resolve import layered
@@ -329,6 +337,30 @@ def content_hash(spec: str) -> str:
     return digest(f"hub:{spec}")
 
 
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """The digest of the edgekd code that is running (its package folders' sources).
+
+    A stage's key holds it beside the version: an edited or newer checkout of the same
+    version can make another artifact from the same config (a default changed, an `auto`
+    option resolved another way), so a stage cached by other code runs again. ~1 MB of
+    source: a few ms, once a process. `find_spec` of a subpackage imports only `edgekd`,
+    so torch stays unloaded."""
+    return source_digest(code_roots())
+
+
+def code_roots() -> list[Path]:
+    """The folders edgekd's packages import from (an editable checkout: edgekd/,
+    exporters/ and devices/; an installed wheel: edgekd/, the other two inside it)."""
+    import importlib.util
+
+    roots: list[Path] = []
+    for name in ("edgekd", "edgekd.exporters", "edgekd.devices"):
+        spec = importlib.util.find_spec(name)
+        roots += [Path(p) for p in (spec.submodule_search_locations if spec else None) or []]
+    return roots
+
+
 def versions() -> dict[str, str]:
     import importlib.metadata as md
 
@@ -351,7 +383,7 @@ class Stages:
         self.out = out
         self.force = force
         self.records: list[StageRecord] = []
-        self.code = versions()["edgekd"]
+        self.code = f"{versions()['edgekd']}+{code_fingerprint()[:16]}"
 
     def run(
         self,
@@ -568,7 +600,7 @@ def run_recipe(
         recipe_sha256=sha256_file(path),
         overrides=overrides or {},
         resolved=recipe.model_dump(mode="json"),
-        versions=versions(),
+        versions={**versions(), "edgekd source": code_fingerprint()[:16]},
         inputs=inputs,
         seq_len=seq_len,
         stages=stages.records,

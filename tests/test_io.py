@@ -21,6 +21,7 @@ from edgekd.io import (
     claim_folder,
     config_inputs,
     owned_files,
+    source_digest,
     sweep_temp,
     valid_name,
 )
@@ -493,3 +494,23 @@ def test_read_json_refuses_a_fifo_at_once(tmp_path):
     os.mkfifo(tmp_path / "state.json")
     with pytest.raises(EdgeKDError, match="FIFO"):
         read_json(tmp_path / "state.json")  # open() would block here for ever
+
+
+def test_source_digest_follows_code_and_ignores_bytecode(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "__pycache__").mkdir(parents=True)
+    (package / "mod.py").write_text("DEFAULT = 1\n")
+    before = source_digest([package])
+    (package / "__pycache__" / "mod.cpython-312.pyc").write_bytes(b"\0")
+    (package / "notes.txt").write_text("not code")
+    assert source_digest([package]) == before
+    (package / "mod.py").write_text("DEFAULT = 2\n")
+    assert source_digest([package]) != before
+
+
+def test_source_digest_reads_a_single_file_and_its_edits(tmp_path):
+    module = tmp_path / "augment.py"
+    module.write_text("P = 0.4\n")
+    before = source_digest([module])
+    module.write_text("P = 0.5\n")
+    assert source_digest([module]) != before

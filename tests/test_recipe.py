@@ -9,8 +9,17 @@ import pytest
 import yaml
 
 from conftest import FEW_VARIANTS, SMALL_BILSTM
+from edgekd import recipe as recipe_module
 from edgekd.errors import EdgeKDError
-from edgekd.recipe import content_hash, load_recipe, run_recipe
+from edgekd.io import source_digest
+from edgekd.recipe import (
+    Stages,
+    code_fingerprint,
+    code_roots,
+    content_hash,
+    load_recipe,
+    run_recipe,
+)
 
 
 def write_recipe(tmp_path: Path, teacher_dir: Path, data: Path, budget: dict, **extra) -> Path:
@@ -53,6 +62,7 @@ def test_run_recipe_caches_stages_and_reruns_only_what_changed(tmp_path, tiny_te
     }  # fmt: skip
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["versions"]["onnxruntime"] and manifest["inputs"]["data"]
+    assert manifest["versions"]["edgekd source"] == code_fingerprint()[:16]
     assert (run / "report" / "report.html").is_file()
 
     # The same recipe again: nothing runs.
@@ -92,6 +102,28 @@ def test_content_hash_follows_file_contents(tmp_path):
     (folder / "train.tsv").write_text("a\t0\n")
     assert content_hash(str(folder)) != before
     assert content_hash("glue/sst2") == content_hash("glue/sst2")  # a hub id: its name
+
+
+def test_code_fingerprint_covers_the_packages_edgekd_installs():
+    roots = code_roots()
+    assert [r.is_dir() for r in roots] == [True, True, True]
+    found = {f.name for r in roots for f in r.iterdir()}
+    assert {"recipe.py", "teacher.py", "base.py"} <= found  # edgekd, exporters, devices
+    assert code_fingerprint() == source_digest(roots) != source_digest([])
+
+
+def test_stage_runs_again_when_cached_by_other_code(tmp_path, monkeypatch):
+    def stage(folder: Path) -> None:
+        folder.mkdir(exist_ok=True)
+
+    folder = tmp_path / "distill"
+    Stages(tmp_path).run("distill", folder, {"v": 1}, stage)
+    same = Stages(tmp_path)
+    same.run("distill", folder, {"v": 1}, stage)
+    monkeypatch.setattr(recipe_module, "code_fingerprint", lambda: "edited checkout")
+    edited = Stages(tmp_path)
+    edited.run("distill", folder, {"v": 1}, stage)
+    assert [same.records[0].status, edited.records[0].status] == ["cached", "ran"]
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ others load it; its clock alone decides how many augmented chunks fit.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import random
@@ -64,6 +65,7 @@ from edgekd.distill.states import (
 )
 from edgekd.distill.transfer import Chained, TakenColumn, TextColumn, permute, write_column
 from edgekd.errors import EdgeKDError
+from edgekd.io import source_digest
 from edgekd.progress import console
 
 # (texts, progress description) → logits (N × C, float32), rows in the order of texts
@@ -74,7 +76,8 @@ CALIBRATION_ROWS = 2_000  # 1,000 rows pick the margin, 1,000 others measure it
 # Exporting and quantizing the teacher takes ~25 s on 2 cores; at ~470 rows/s (PyTorch)
 # vs ~1,300 (auto), labelling 20,000 rows saves ~27 s: below that, PyTorch labels.
 AUTO_MIN_ROWS = 20_000
-# Bump when the augmented-row files change meaning (transfer.py): old ones are ignored.
+# Bump when the augmented-row files change layout (transfer.py): old ones are ignored.
+# Other augmenters' code needs no bump: the file's name holds its digest (augment_code).
 TRANSFER_VERSION = 1
 MARGIN_SLACK = 1.5  # × the int8 margin of the disagreement it covers: room for the tail
 # The margin rules `calibrate` tries, loosest first: how many of the picking half's
@@ -103,6 +106,17 @@ class OnnxTeacher(Protocol):
 
 # (config, teacher name, teacher fingerprint) → its ONNX labelers, exported on first use
 OnnxRuntime = Callable[[DistillConfig, str, str], OnnxTeacher]
+
+
+@functools.lru_cache(maxsize=1)
+def augment_code() -> str:
+    """The digest of the code that makes the variants (`edgekd/distill/augment.py` and
+    the text helpers of `edgekd/data.py` it calls): variants an older or edited edgekd
+    made are made again, not read back as if this code made them."""
+    from edgekd import data
+    from edgekd.distill import augment
+
+    return source_digest([Path(augment.__file__), Path(data.__file__)])
 
 
 def augmented_texts(
@@ -134,7 +148,8 @@ def augmented_texts(
     if not methods_of_stage(resolved.listed, "text"):
         return TextColumn.empty(), np.zeros(0, np.int32)
     mask = getattr(tokenizer, "mask_token", None) or "[MASK]"
-    h = hashlib.sha256(f"{TRANSFER_VERSION}\x00{text_key(resolved)}\x00{mask}".encode())
+    key = f"{TRANSFER_VERSION}\x00{augment_code()}\x00{text_key(resolved)}\x00{mask}"
+    h = hashlib.sha256(key.encode())
     vocab = None
     if teacher_vocab_readers(resolved):  # the variants are the teacher's too
         vocab = TeacherVocab.of(teacher, tokenizer)

@@ -15,6 +15,7 @@ from edgekd.config import (
     DistillConfig,
     TeacherConfig,
     TeacherSchedule,
+    positions_of,
     teacher_positions,
 )
 from edgekd.data import (
@@ -661,13 +662,26 @@ def finetune(
     return metrics, resolved
 
 
+def reading_length(teacher: str, config: Any, default: int = 128) -> int:
+    """Tokens per text to read `teacher` (its loaded `config`) at outside distillation
+    (`edgekd evaluate`): the length an `edgekd teacher` folder trained at, which its own
+    dev score and distill's labels used, else `default`; never past its positions."""
+    trained = trained_length(teacher)
+    length = default if trained is None else trained
+    positions = positions_of(config.to_dict())
+    return length if positions is None else min(length, positions)
+
+
 class TeacherPredictor:
     def __init__(self, name_or_path: str) -> None:
         self.model, self.tokenizer = load_teacher(name_or_path)
         self.label_names = teacher_label_names(self.model.config)
+        self.max_length = reading_length(name_or_path, self.model.config)
 
     def logits(self, texts: list[str]) -> np.ndarray:
-        return teacher_logits(self.model, self.tokenizer, texts, description="teacher")
+        return teacher_logits(
+            self.model, self.tokenizer, texts, max_length=self.max_length, description="teacher"
+        )
 
 
 def load_predictor(target: str | Path) -> Predictor:

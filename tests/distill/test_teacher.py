@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from conftest import SMALL_BILSTM
@@ -171,3 +172,25 @@ def test_distill_labels_at_the_teachers_trained_length(tiny_teacher, tiny_data, 
     distill(cfg, tmp_path / "s")
     resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
     assert resolved["teacher_max_length"] == 24  # recorded: the rerun labels the same
+
+
+def test_teacher_predictor_reads_at_the_trained_length(tiny_teacher, tmp_path):
+    from edgekd.distill.teacher import TeacherPredictor, load_teacher, teacher_logits
+
+    teacher = _edgekd_teacher(tiny_teacher, tmp_path, {"dev_accuracy": 0.9, "max_length": 8})
+    texts = ["good " * 30, "bad fun", "a dull and lifeless plot " * 3]
+    model, tokenizer = load_teacher(teacher)
+    # As the teacher's own dev score and distill's labels read it: cut at 8 tokens.
+    expected = teacher_logits(model, tokenizer, texts, max_length=8)
+    assert TeacherPredictor(teacher).logits(texts) == pytest.approx(expected, abs=1e-6)
+    assert not np.allclose(expected, teacher_logits(model, tokenizer, texts, max_length=64))
+
+
+def test_teacher_predictor_reads_a_long_row_within_the_teachers_positions(tiny_teacher):
+    from edgekd.distill.teacher import TeacherPredictor
+
+    predictor = TeacherPredictor(str(tiny_teacher))
+    # No metrics: the default 128, lowered to the tiny teacher's 64 positions; a
+    # 5,000-word row past them is cut, not an index error.
+    assert predictor.logits(["word " * 5000]).shape == (1, predictor.model.config.num_labels)
+    assert predictor.max_length == 64

@@ -116,6 +116,18 @@ def test_augmented_texts_read_the_cache_on_a_rerun(monkeypatch):
         augmented_texts(cfg(), [*TRAIN, "one more row"], None)
 
 
+def test_augmented_texts_made_again_when_augmenter_code_differs(monkeypatch):
+    from edgekd.distill import augment, labeling
+
+    first, _ = labeling.augmented_texts(cfg(), TRAIN, None)
+    monkeypatch.setattr(labeling, "augment_code", lambda: "an edited augment.py")
+    made = []
+    real = augment.variants
+    monkeypatch.setattr(augment, "variants", lambda *a, **k: made.append(1) or real(*a, **k))
+    again, _ = labeling.augmented_texts(cfg(), TRAIN, None)
+    assert made and again.path != first.path and list(again) == list(first)
+
+
 def test_augmented_texts_make_a_damaged_cache_again():
     from edgekd.distill.labeling import augmented_texts
 
