@@ -62,10 +62,11 @@ WORDPIECE_ROWS = 30_522
 # made of it, so an unseen "superb" starts beside a seen "great". SST-2 cut to 400 rows
 # per label (benchmarks/NOTES.md, one seed, 6 epochs): dev 0.672 (neither), 0.700
 # (pieces), 0.698 (teacher-output), 0.713 (both; TF-IDF 0.692); end to end (tasks.py,
-# int8) 68.2 → 71.3 against TF-IDF's 69.6. CLINC150 at 10 rows per class, each alone
-# when tang was the default (levers.md, 3 seeds): pieces +1.07 points, teacher-output
-# +0.20; both together over today's neighbour variants, 2 seeds: a tie (median 0.9077
-# both ways), for an int8 file of 1.21 MB instead of 0.95. On SST-2's 67k texts
+# int8) 68.2 → 71.3 against TF-IDF's 69.6; side by side over 3 seeds (levers.md) the int8
+# median 0.6915 → 0.7167. CLINC150 at 10 rows per class, each alone when tang was the
+# default (levers.md, 3 seeds): pieces +1.07 points, teacher-output +0.20; both together
+# over today's neighbour variants, 3 seeds: median 0.9067 → 0.9090 (7 of 3,000 dev
+# rows), for an int8 file of 1.21 MB instead of 0.95. On SST-2's 67k texts
 # teacher-output lost 0.46 points and the pieces 0.57 at 13 minutes: a task that large
 # keeps the input table and its own pieces. The int8 files measured with both: 1.20 MB
 # (sst2-400), 1.21 MB (clinc150-10).
