@@ -3,6 +3,8 @@ and its dynamic int8 copy: the fast labelers of distillation (`teacher_runtime`)
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -13,7 +15,7 @@ import numpy as np
 
 from edgekd.artifacts import MODEL_FILES, is_pooled
 from edgekd.config import DistillConfig
-from edgekd.io import atomic_dir
+from edgekd.io import atomic_dir, source_digest
 from edgekd.progress import console
 from edgekd.students.predict import OnnxPredictor
 from edgekd.threads import core_share
@@ -107,9 +109,29 @@ def export_torch(model: Any, tokenizer: Any, path: Path, opset: int, states: boo
     return worst
 
 
+@functools.lru_cache(maxsize=1)
+def labeller_code() -> str:
+    """The digest of what turns the teacher into its ONNX labellers: this file (the
+    export), the quantizer's and the versions of the libraries both call. The export
+    folder and the int8 labels' cache names hold it, so an edgekd or onnxruntime that
+    quantizes otherwise exports and labels again instead of reading an older int8's
+    logits (~1.3% of them disagree with fp32: a change moves them)."""
+    import importlib.metadata as md
+
+    from edgekd.exporters import quantize
+
+    h = hashlib.sha256(source_digest([Path(__file__), Path(quantize.__file__)]).encode())
+    for pkg in ("onnx", "onnxruntime", "optimum", "optimum-onnx", "transformers", "torch"):
+        try:
+            h.update(f"\0{pkg}={md.version(pkg)}".encode())
+        except md.PackageNotFoundError:
+            h.update(f"\0{pkg}=-".encode())
+    return h.hexdigest()
+
+
 class OnnxLabelers:
-    """The teacher as fp32 and dynamic int8 ONNX, exported once per teacher (by its
-    fingerprint, beside the logit cache) on first use: a run whose logits are all
+    """The teacher as fp32 and dynamic int8 ONNX, exported once per teacher and
+    `labeller_code` (by both, beside the logit cache) on first use: a run whose logits are all
     cached exports nothing. Each runs one single-thread session per core of this
     process's share (`core_share`: all of them, unless processes share the machine).
     With `cfg.token_states`, the export also outputs the last layer's token states
@@ -127,8 +149,11 @@ class OnnxLabelers:
 
         self.cfg, self.name, self.workers = cfg, name, workers
         self.states = cfg.token_states > 0
+        self.code = labeller_code()
         self.folder = (
-            cache_root(cfg) / "teachers" / (fingerprint[:32] + ("-states" if self.states else ""))
+            cache_root(cfg)
+            / "teachers"
+            / f"{fingerprint[:32]}-{self.code[:12]}{'-states' if self.states else ''}"
         )
         self.predictors: dict[str, OnnxPredictor] = {}
         self.sink: Any = None  # `edgekd.distill.states.StateSink`, set by the labelling

@@ -91,9 +91,12 @@ SPARE_RULES = (3, 0)
 
 class OnnxTeacher(Protocol):
     """The teacher as ONNX (built by `edgekd.exporters.teacher`, injected from there).
-    `sink`: where each call records the rows' token states (None: nowhere)."""
+    `sink`: where each call records the rows' token states (None: nowhere). `code`:
+    the digest of the code and libraries that export and quantize it, which names the
+    int8 labels in the cache."""
 
     sink: Any
+    code: str
 
     def fp32(self, texts: list[Any], what: str) -> np.ndarray: ...
 
@@ -864,12 +867,17 @@ def decide_labelers(
     # (the same rows: the same sample, margin and keys for the training rows).
     seeded = [v.column if isinstance(v, TakenColumn) else v for v in transfer.values()]
     sample = calibration_sample(Chained(seeded), cfg.seed)
+    # Made now, exported at first use only (a cached run exports nothing): its `code`
+    # names the int8 labels, which another quantizer or onnxruntime would label apart.
+    # fp32's ("onnx") keep their name: the export is checked against PyTorch's logits.
+    onnx = onnx_runtime(cfg, name, fingerprint) if onnx_runtime is not None else None
+    code = onnx.code[:16] if onnx is not None else ""
     # The rules name the key: the logits a margin labelled are cached under it, so
     # another rule calibrates (and labels) afresh instead of meeting the old margin's.
-    rules = "calibration" + "".join(f":{k}" for k in SPARE_RULES)
+    rules = "calibration" + "".join(f":{k}" for k in SPARE_RULES) + f":{code}"
     cal_key = cache_key(fingerprint, sample, cfg.teacher_max_length, rules)
     # auto's labels depend on the margin its calibration picks: the key names the sample.
-    tag = f"auto:{cal_key[:16]}" if runtime == "auto" else runtime
+    tag = {"auto": f"auto:{cal_key[:16]}", "onnx-int8": f"onnx-int8:{code}"}.get(runtime, runtime)
     if runtime == "auto":
         tags = LabelerChoice("hybrid", tag, states=states).tags(list(transfer))
         pending = uncached_rows(cfg, fingerprint, transfer, tags, limit)
@@ -877,9 +885,8 @@ def decide_labelers(
             why = f"{pending:,} rows to label, under {AUTO_MIN_ROWS:,}: not worth an export"
             used = {"used": "torch", "why": why}
             return LabelerChoice("torch", "torch", info=used, states=states), None
-    if onnx_runtime is None:  # the ONNX export lives a layer up (exporters): injected
+    if onnx is None:  # the ONNX export lives a layer up (exporters): injected
         raise EdgeKDError(f"teacher_runtime {runtime!r} needs the ONNX teacher; use torch")
-    onnx = onnx_runtime(cfg, name, fingerprint)  # exports on first use only
     info: dict[str, Any] = {"used": runtime}
     if runtime not in ("onnx-int8", "auto") or not sample:
         return LabelerChoice("fp32", tag, info=info, states=states), onnx

@@ -27,10 +27,11 @@ from edgekd.distill.labeling import (
 
 
 class FakeOnnx:
-    """fp32 logits [0, x] per text x (a float as text); int8 flips the rows in `flip`."""
+    """fp32 logits [0, x] per text x (a float as text); int8 flips the rows in `flip`.
+    `code`: what the exporter's digest would be."""
 
-    def __init__(self, flip=()):
-        self.flip, self.calls = set(flip), {"fp32": [], "int8": []}
+    def __init__(self, flip=(), code="0" * 64):
+        self.flip, self.calls, self.code = set(flip), {"fp32": [], "int8": []}, code
 
     def fp32(self, texts, what):
         self.calls["fp32"].append(list(texts))
@@ -161,6 +162,30 @@ def test_auto_runtime_labels_with_int8_and_fp32_close_calls_when_large(
     again = distill(dcfg(tiny_teacher, tiny_data), tmp_path / "t")
     assert all(again["cache_hits"].values())
     assert again["teacher_runtime"]["calibration"] == report["calibration"]  # cached too
+
+
+@pytest.mark.parametrize("runtime, renamed", [("auto", True), ("onnx-int8", True), ("onnx", False)])
+def test_decide_labelers_names_int8_labels_by_the_exporters_code(
+    tmp_path, monkeypatch, runtime, renamed
+):
+    # An edited quantizer (or onnxruntime) labels otherwise: int8's cached logits (and
+    # auto's calibration) must not be read back under its name. fp32's, checked against
+    # PyTorch at export, keep theirs, as does dev (labelled in fp32).
+    monkeypatch.setattr(labeling, "AUTO_MIN_ROWS", 0)
+    cfg = DistillConfig(teacher="t", teacher_runtime=runtime, cache_dir=str(tmp_path))
+    splits = {"train": TRANSFER, "dev": ["1.5", "-2.5"]}
+
+    def tags(code):
+        choice, onnx = labeling.decide_labelers(
+            cfg, "t", "f" * 64, splits, lambda *a: FakeOnnx(CLOSE, code)
+        )
+        assert onnx is not None and onnx.code == code
+        return choice.tags(list(splits))
+
+    before, after = tags("a" * 64), tags("b" * 64)
+    assert before["dev"] == after["dev"] == "onnx"
+    assert (before["train"] != after["train"]) is renamed
+    assert tags("a" * 64) == before  # the same code: the same names (the cache is read)
 
 
 # ------------------------------------------------------------------ processes sharing work
@@ -340,6 +365,7 @@ class RecordingOnnx:
 
     def __init__(self, rank, events, flip=()):
         self.rank, self.events, self.fake = rank, events, FakeOnnx(flip)
+        self.code = self.fake.code
 
     def fp32(self, texts, what):
         self.events.append(("fp32", self.rank, what, list(texts)))

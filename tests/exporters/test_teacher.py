@@ -1,0 +1,31 @@
+"""The teacher's ONNX labellers (`edgekd.exporters.teacher`): where they are exported."""
+
+import importlib.metadata as md
+
+from edgekd.config import DistillConfig
+from edgekd.exporters import teacher
+
+
+def test_labeller_code_changes_when_the_source_or_onnxruntime_changes(monkeypatch):
+    now = teacher.labeller_code.__wrapped__()
+    assert now == teacher.labeller_code.__wrapped__() and len(now) == 64
+    real = md.version
+    monkeypatch.setattr(md, "version", lambda pkg: "9.9" if pkg == "onnxruntime" else real(pkg))
+    newer = teacher.labeller_code.__wrapped__()
+    monkeypatch.setattr(md, "version", real)
+    monkeypatch.setattr(teacher, "source_digest", lambda roots: "edited")
+    edited = teacher.labeller_code.__wrapped__()
+    assert len({now, newer, edited}) == 3
+
+
+def test_onnx_labelers_export_folder_names_the_labeller_code(tmp_path, monkeypatch):
+    # An older edgekd's export (another quantizer) stays where it was, never loaded by
+    # this one; the same code finds its own export again. Nothing is exported here.
+    cfg = DistillConfig(teacher="t", cache_dir=str(tmp_path))
+    monkeypatch.setattr(teacher, "labeller_code", lambda: "a" * 64)
+    a, again = teacher.OnnxLabelers(cfg, "t", "f" * 64), teacher.OnnxLabelers(cfg, "t", "f" * 64)
+    monkeypatch.setattr(teacher, "labeller_code", lambda: "b" * 64)
+    b = teacher.OnnxLabelers(cfg, "t", "f" * 64)
+    assert a.folder == again.folder != b.folder
+    assert (a.folder.parent, a.folder.name) == (tmp_path / "teachers", "f" * 32 + "-" + "a" * 12)
+    assert b.code == "b" * 64 and not tmp_path.joinpath("teachers").exists()
