@@ -111,16 +111,26 @@ def export_torch(model: Any, tokenizer: Any, path: Path, opset: int, states: boo
 
 @functools.lru_cache(maxsize=1)
 def labeller_code() -> str:
-    """The digest of what turns the teacher into its ONNX labellers: this file (the
-    export), the quantizer's and the versions of the libraries both call. The export
-    folder and the int8 labels' cache names hold it, so an edgekd or onnxruntime that
-    quantizes otherwise exports and labels again instead of reading an older int8's
-    logits (~1.3% of them disagree with fp32: a change moves them)."""
+    """The digest of what turns the teacher into its ONNX labellers and runs them: the
+    source of the export (this file; the teacher's loading, pooling and file names it
+    traces through), of the quantizer and of the labelling loop; the int8 preset this
+    CPU resolves to (u8 or s8 weights); and the versions of the libraries they call.
+    The export folder and the int8 labels' cache names hold it, so other code, another
+    CPU's preset or an onnxruntime that quantizes otherwise exports and labels again
+    instead of reading back an int8 it did not make."""
     import importlib.metadata as md
+    import platform
 
+    from edgekd import artifacts
+    from edgekd.distill import pooled
+    from edgekd.distill import teacher as torch_teacher
     from edgekd.exporters import quantize
+    from edgekd.students import predict
 
-    h = hashlib.sha256(source_digest([Path(__file__), Path(quantize.__file__)]).encode())
+    modules = (artifacts, pooled, torch_teacher, quantize, predict)
+    code = source_digest([Path(__file__), *(Path(str(m.__file__)) for m in modules)])
+    h = hashlib.sha256(code.encode())
+    h.update(f"\0preset={quantize.resolve_preset('auto').name}\0{platform.machine()}".encode())
     for pkg in ("onnx", "onnxruntime", "optimum", "optimum-onnx", "transformers", "torch"):
         try:
             h.update(f"\0{pkg}={md.version(pkg)}".encode())

@@ -791,6 +791,7 @@ class LabelerChoice:
     margin: float = 0.0  # hybrid: the int8 margin under which fp32 relabels a row
     info: dict[str, Any] = field(default_factory=dict)  # the report: used, why, calibration
     states: str = ""  # `states_tag`: the token states the training splits carry, if any
+    code: str = ""  # the ONNX teacher's `code`: every process's int8 must be the main's
 
     def tags(self, splits: Sequence[str]) -> dict[str, str]:
         """Each split's runtime name in the cache key: dev is labelled in fp32; the
@@ -868,8 +869,9 @@ def decide_labelers(
     seeded = [v.column if isinstance(v, TakenColumn) else v for v in transfer.values()]
     sample = calibration_sample(Chained(seeded), cfg.seed)
     # Made now, exported at first use only (a cached run exports nothing): its `code`
-    # names the int8 labels, which another quantizer or onnxruntime would label apart.
-    # fp32's ("onnx") keep their name: the export is checked against PyTorch's logits.
+    # names the int8 labels, which another quantizer, CPU or onnxruntime labels apart.
+    # fp32's ("onnx") keep their name: an fp32 export is PyTorch's logits to ~1e-5 (the
+    # reference teacher: 5.5e-6 at most over 4,000 SST-2 variants), whoever exported it.
     onnx = onnx_runtime(cfg, name, fingerprint) if onnx_runtime is not None else None
     code = onnx.code[:16] if onnx is not None else ""
     # The rules name the key: the logits a margin labelled are cached under it, so
@@ -889,20 +891,20 @@ def decide_labelers(
         raise EdgeKDError(f"teacher_runtime {runtime!r} needs the ONNX teacher; use torch")
     info: dict[str, Any] = {"used": runtime}
     if runtime not in ("onnx-int8", "auto") or not sample:
-        return LabelerChoice("fp32", tag, info=info, states=states), onnx
+        return LabelerChoice("fp32", tag, info=info, states=states, code=onnx.code), onnx
     cal = cached_calibration(cfg, cal_key, onnx, sample)
     info["calibration"] = cal.model_dump(exclude={"kind"})
     if runtime == "onnx-int8":
-        return LabelerChoice("int8", tag, info=info, states=states), onnx
+        return LabelerChoice("int8", tag, info=info, states=states, code=onnx.code), onnx
     if cal.choice == "hybrid":
         info |= {"used": "hybrid"}
-        return LabelerChoice("hybrid", tag, cal.margin, info, states), onnx
+        return LabelerChoice("hybrid", tag, cal.margin, info, states, onnx.code), onnx
     info["used"] = "onnx"
     info["why"] = (
         f"int8 with fp32 close calls agreed on {cal.hybrid_agreement:.2%}, "
         f"under {AGREEMENT_FLOOR:.1%}: fp32 labels everything"
     )
-    return LabelerChoice("fp32", tag, info=info, states=states), onnx
+    return LabelerChoice("fp32", tag, info=info, states=states, code=onnx.code), onnx
 
 
 def build_labelers(
@@ -964,6 +966,14 @@ def shared_labelers(
         if onnx_runtime is None:  # the main has refused this run already
             raise EdgeKDError(f"teacher_runtime {cfg.teacher_runtime!r} needs the ONNX teacher")
         onnx = onnx_runtime(cfg, name, fingerprint)  # loads the main's export at first use
+        if "int8" in choice.kinds() and onnx.code != choice.code:
+            # Its int8 labels would differ from the main's, cached under the main's name.
+            raise EdgeKDError(
+                f"process {group.rank} exports the teacher's int8 otherwise than process 0 "
+                f"(labeller code {onnx.code[:12]} against {choice.code[:12]}: another edgekd, "
+                "onnxruntime or CPU); run one edgekd install on alike machines, or "
+                "--teacher-runtime onnx"
+            )
     if exports and group.apart:
         # A machine of its own may keep its own cache dir, without the main's export: its
         # first process exports there (when missing) while the others on it wait.

@@ -186,6 +186,9 @@ def test_decide_labelers_names_int8_labels_by_the_exporters_code(
     assert before["dev"] == after["dev"] == "onnx"
     assert (before["train"] != after["train"]) is renamed
     assert tags("a" * 64) == before  # the same code: the same names (the cache is read)
+    # int8's calibration, made by each code once and read back by the same code.
+    calibrations = list(tmp_path.rglob("*.calibration.json"))
+    assert len(calibrations) == (2 if renamed else 0)
 
 
 # ------------------------------------------------------------------ processes sharing work
@@ -454,6 +457,32 @@ def test_teacher_labels_in_a_group_calibrates_and_exports_on_the_main_only(
     # Only the main wrote logits and the calibration.
     assert list((tmp_path / "rank0").rglob("*.safetensors"))
     assert not (tmp_path / "rank1").exists()
+
+
+def test_teacher_labels_in_a_group_refuses_a_process_whose_int8_differs_from_the_mains(
+    tmp_path, monkeypatch
+):
+    # On a machine of its own, another install or CPU quantizes the teacher otherwise:
+    # its int8 labels would be cached under the main's name. It stops before labelling.
+    from edgekd.errors import EdgeKDError
+
+    monkeypatch.setattr(labeling, "AUTO_MIN_ROWS", 0)
+    splits = {"train": TRANSFER, "dev": ["1.5", "-2.5"]}
+    names = ["neg", "pos"]
+    events = []
+
+    def work(rank, group):
+        def onnx_runtime(*args):
+            onnx = RecordingOnnx(rank, events, flip=CLOSE)
+            onnx.code = str(rank) * 64
+            return onnx
+
+        cfg = DistillConfig(teacher="fake", cache_dir=str(tmp_path / f"rank{rank}"))
+        return teacher_labels(cfg, splits, fake_teacher(), None, names, onnx_runtime, None, group)
+
+    with pytest.raises(EdgeKDError, match="process 1 exports the teacher's int8 otherwise"):
+        ThreadRanks(apart=True).run(work)
+    assert not [e for e in events if e[1] == 1 and e[0] in ("int8", "fp32")]
 
 
 def test_a_group_of_one_labels_every_row_itself_through_the_group_path(tmp_path, monkeypatch):

@@ -6,16 +6,29 @@ from edgekd.config import DistillConfig
 from edgekd.exporters import teacher
 
 
-def test_labeller_code_changes_when_the_source_or_onnxruntime_changes(monkeypatch):
+def test_labeller_code_changes_when_the_source_preset_or_onnxruntime_changes(monkeypatch):
+    from edgekd.exporters import quantize
+
     now = teacher.labeller_code.__wrapped__()
     assert now == teacher.labeller_code.__wrapped__() and len(now) == 64
     real = md.version
     monkeypatch.setattr(md, "version", lambda pkg: "9.9" if pkg == "onnxruntime" else real(pkg))
     newer = teacher.labeller_code.__wrapped__()
     monkeypatch.setattr(md, "version", real)
-    monkeypatch.setattr(teacher, "source_digest", lambda roots: "edited")
+    # Another CPU: u8 weights (avx2) where this one may take s8, or the other way round.
+    other = "avx2" if quantize.resolve_preset("auto").name != "avx2" else "avx512_vnni"
+    monkeypatch.setattr(quantize, "resolve_preset", lambda name: quantize.PRESETS[other])
+    elsewhere = teacher.labeller_code.__wrapped__()
+    monkeypatch.undo()
+    read = []
+    monkeypatch.setattr(teacher, "source_digest", lambda roots: read.extend(roots) or "edited")
     edited = teacher.labeller_code.__wrapped__()
-    assert len({now, newer, edited}) == 3
+    assert len({now, newer, elsewhere, edited}) == 4
+    # The export, the quantizer, the labelling loop and what the export traces through.
+    names = {(p.parent.name, p.name) for p in read}
+    assert {("exporters", "teacher.py"), ("exporters", "quantize.py")} <= names
+    assert {("students", "predict.py"), ("distill", "teacher.py")} <= names
+    assert ("distill", "pooled.py") in names
 
 
 def test_onnx_labelers_export_folder_names_the_labeller_code(tmp_path, monkeypatch):
