@@ -966,10 +966,10 @@ def shared_labelers(
         if onnx_runtime is None:  # the main has refused this run already
             raise EdgeKDError(f"teacher_runtime {cfg.teacher_runtime!r} needs the ONNX teacher")
         onnx = onnx_runtime(cfg, name, fingerprint)  # loads the main's export at first use
-        if "int8" in choice.kinds() and onnx.code != choice.code:
+        if exports and "int8" in choice.kinds() and onnx.code != choice.code:
             # Its int8 labels would differ from the main's, cached under the main's name.
             raise EdgeKDError(
-                f"process {group.rank} exports the teacher's int8 otherwise than process 0 "
+                f"process {group.rank} would label with another int8 than process 0's "
                 f"(labeller code {onnx.code[:12]} against {choice.code[:12]}: another edgekd, "
                 "onnxruntime or CPU); run one edgekd install on alike machines, or "
                 "--teacher-runtime onnx"

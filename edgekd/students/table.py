@@ -66,11 +66,11 @@ WORDPIECE_ROWS = 30_522
 # median 0.6915 → 0.7167. CLINC150 at 10 rows per class, each alone when tang was the
 # default (levers.md, 3 seeds): pieces +1.07 points, teacher-output +0.20; both together
 # over today's neighbour variants, 3 seeds: median 0.9067 → 0.9090 (7 of 3,000 dev
-# rows), for an int8 file of 1.21 MB instead of 0.95; CLINC150-25 (3,750 texts), a tie
+# rows), for an int8 file of 1.21 MB instead of 0.95; CLINC150-25 (3,366 texts), a tie
 # (median 0.9403 both, mean +0.18). It stays for the smallest tasks' floor. On SST-2's 67k texts
 # teacher-output lost 0.46 points and the pieces 0.57 at 13 minutes: a task that large
 # keeps the input table and its own pieces. The int8 files measured with both: 1.20 MB
-# (sst2-400), 1.21 MB (clinc150-10).
+# (sst2-400), 1.21 MB (clinc150-10), 1.25 MB (clinc150-25).
 SMALL_TASK_EXTRA_PIECES = 10_000
 
 
