@@ -580,6 +580,22 @@ def source_digest(roots: Iterable[Path]) -> str:
     return h.hexdigest()
 
 
+def versions() -> dict[str, str]:
+    """Python's version and those of edgekd and the libraries that make its files (a
+    manifest records them; the teacher's ONNX labellers are keyed by them)."""
+    import importlib.metadata as md
+    import platform
+
+    out = {"python": platform.python_version()}
+    pkgs = ("edgekd", "torch", "transformers", "onnx", "onnxruntime", "optimum", "optimum-onnx")
+    for pkg in pkgs:
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
 def tree_bytes(path: str | Path) -> int:
     """Bytes of a file, or of every file under a folder."""
     path = Path(path)

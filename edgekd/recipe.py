@@ -19,7 +19,6 @@ import copy
 import functools
 import hashlib
 import json
-import platform
 import re
 import time
 from collections.abc import Callable
@@ -63,6 +62,7 @@ from edgekd.io import (
     config_inputs,
     sha256_file,
     source_digest,
+    versions,
 )
 from edgekd.progress import console, shown
 from edgekd.registry import Component
@@ -359,18 +359,6 @@ def code_roots() -> list[Path]:
         spec = importlib.util.find_spec(name)
         roots += [Path(p) for p in (spec.submodule_search_locations if spec else None) or []]
     return roots
-
-
-def versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version()}
-    for pkg in ("edgekd", "torch", "transformers", "onnx", "onnxruntime", "optimum"):
-        try:
-            out[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
 
 
 # ------------------------------------------------------------------ stage runner

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -15,7 +16,7 @@ import numpy as np
 
 from edgekd.artifacts import MODEL_FILES, is_pooled
 from edgekd.config import DistillConfig
-from edgekd.io import atomic_dir, source_digest
+from edgekd.io import atomic_dir, source_digest, versions
 from edgekd.progress import console
 from edgekd.students.predict import OnnxPredictor
 from edgekd.threads import core_share
@@ -118,7 +119,6 @@ def labeller_code() -> str:
     The export folder and the int8 labels' cache names hold it, so other code, another
     CPU's preset or an onnxruntime that quantizes otherwise exports and labels again
     instead of reading back an int8 it did not make."""
-    import importlib.metadata as md
     import platform
 
     from edgekd import artifacts
@@ -131,11 +131,7 @@ def labeller_code() -> str:
     code = source_digest([Path(__file__), *(Path(str(m.__file__)) for m in modules)])
     h = hashlib.sha256(code.encode())
     h.update(f"\0preset={quantize.resolve_preset('auto').name}\0{platform.machine()}".encode())
-    for pkg in ("onnx", "onnxruntime", "optimum", "optimum-onnx", "transformers", "torch"):
-        try:
-            h.update(f"\0{pkg}={md.version(pkg)}".encode())
-        except md.PackageNotFoundError:
-            h.update(f"\0{pkg}=-".encode())
+    h.update(json.dumps(versions(), sort_keys=True).encode())
     return h.hexdigest()
 
 
