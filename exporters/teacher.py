@@ -136,10 +136,11 @@ def labeller_code() -> str:
 
 
 class OnnxLabelers:
-    """The teacher as fp32 and dynamic int8 ONNX, exported once per teacher and
-    `labeller_code` (by both, beside the logit cache) on first use: a run whose logits are all
-    cached exports nothing. Each runs one single-thread session per core of this
-    process's share (`core_share`: all of them, unless processes share the machine).
+    """The teacher as fp32 and dynamic int8 ONNX, exported once per teacher fingerprint
+    and `labeller_code` (a folder named by both, beside the logit cache) on first use: a
+    run whose logits are all cached exports nothing. Each runs one single-thread session
+    per core of this process's share (`core_share`: all of them, unless processes share
+    the machine).
     With `cfg.token_states`, the export also outputs the last layer's token states
     (a folder of its own), which each call records in `sink` when one is set."""
 

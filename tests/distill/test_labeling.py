@@ -169,8 +169,8 @@ def test_decide_labelers_names_int8_labels_by_the_exporters_code(
     tmp_path, monkeypatch, runtime, renamed
 ):
     # An edited quantizer (or onnxruntime) labels otherwise: int8's cached logits (and
-    # auto's calibration) must not be read back under its name. fp32's, checked against
-    # PyTorch at export, keep theirs, as does dev (labelled in fp32).
+    # auto's calibration) must not be read back under its name. fp32's, PyTorch's logits
+    # to ~1e-5 whoever exported them, keep theirs, as does dev (labelled in fp32).
     monkeypatch.setattr(labeling, "AUTO_MIN_ROWS", 0)
     cfg = DistillConfig(teacher="t", teacher_runtime=runtime, cache_dir=str(tmp_path))
     splits = {"train": TRANSFER, "dev": ["1.5", "-2.5"]}
