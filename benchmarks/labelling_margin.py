@@ -13,10 +13,11 @@ training texts, most of them short phrases a run does not vary: 13 teacher token
 on average against 21, labelled ~1.7× faster (int8 ~1,540 rows/s against ~900 in a run).
 
 Labellers, each as edgekd runs it (one single-thread onnxruntime session per core, rows
-in length-sorted batches of 64; PyTorch through `teacher_logits`): the reference
-teacher in PyTorch fp32, its fp32 ONNX (the reference every agreement is against), its
-dynamic int8 ONNX as `auto` quantizes it, and the same int8 with parts kept in fp32
-(`KEEP`: the lookups, the classifier, each layer's FFN output). Rows/s is the median of
+in length-sorted batches of the runtime's `teacher_batch`; PyTorch through
+`teacher_logits`): the reference teacher in PyTorch fp32, its fp32 ONNX (the reference
+every agreement is against), its dynamic int8 ONNX as `auto` quantizes it, and the same
+int8 with parts kept in fp32 (`KEEP`: the lookups, the classifier, each layer's FFN
+output). Rows/s is the median of
 `--repeats` passes over the rows, the labellers interleaved pass by pass.
 
 Margin rules, per int8 labeller: as `calibrate` does, the relabel margin is picked on
@@ -171,13 +172,13 @@ def main() -> None:
 
         def predictor(path: Path) -> OnnxPredictor:
             return OnnxPredictor(
-                path, batch_size=cfg.teacher_batch_size, max_length=cfg.teacher_max_length,
+                path, batch_size=cfg.teacher_batch("onnx"), max_length=cfg.teacher_max_length,
                 threads=1, workers=core_share(),
             )  # fmt: skip
 
         fp32 = predictor(fp32_path)
         labellers: dict[str, Callable[[], np.ndarray]] = {
-            "torch": lambda: teacher_logits(model, tok, rows, cfg.teacher_batch_size),
+            "torch": lambda: teacher_logits(model, tok, rows, cfg.teacher_batch("torch")),
             "fp32": lambda: fp32.logits(rows),
         }
         kept: dict[str, list[str]] = {}  # per int8 labeller, the nodes it keeps in fp32

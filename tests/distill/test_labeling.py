@@ -189,6 +189,9 @@ def test_decide_labelers_names_int8_labels_by_the_exporters_code(
     # int8's calibration, made by each code once and read back by the same code.
     calibrations = list(tmp_path.rglob("*.calibration.json"))
     assert len(calibrations) == (2 if renamed else 0)
+    # Another batch size labels int8 otherwise (a call is quantized by its own rows).
+    cfg = cfg.model_copy(update={"teacher_batch_size": 64})
+    assert (tags("a" * 64)["train"] != before["train"]) is renamed
 
 
 # ------------------------------------------------------------------ processes sharing work

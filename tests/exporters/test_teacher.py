@@ -42,3 +42,21 @@ def test_onnx_labelers_export_folder_names_the_labeller_code(tmp_path, monkeypat
     assert a.folder == again.folder != b.folder
     assert (a.folder.parent, a.folder.name) == (tmp_path / "teachers", "f" * 32 + "-" + "a" * 12)
     assert b.code == "b" * 64 and not tmp_path.joinpath("teachers").exists()
+
+
+def test_onnx_labelers_batch_by_onnxruntimes_default_unless_the_config_sets_one(
+    tmp_path, monkeypatch
+):
+    # 16 rows a call in onnxruntime (faster there than 64 on a run's rows), and PyTorch's
+    # 64 untouched; a size the user sets is every runtime's. Nothing is exported: the
+    # model files are stand-ins and the predictor records what it was asked for.
+    asked = []
+    monkeypatch.setattr(teacher, "OnnxPredictor", lambda path, **kw: asked.append(kw))
+    for size, want in ((None, 16), (40, 40)):
+        cfg = DistillConfig(teacher="t", cache_dir=str(tmp_path), teacher_batch_size=size)
+        labelers = teacher.OnnxLabelers(cfg, "t", "f" * 64)
+        labelers.folder.mkdir(parents=True, exist_ok=True)
+        (labelers.folder / teacher.MODEL_FILES["fp32"]).touch()
+        labelers.predictor("fp32")
+        assert asked[-1]["batch_size"] == want
+        assert cfg.teacher_batch("torch") == (size or 64)
