@@ -252,8 +252,8 @@ def main() -> None:
         "# Labelling: fp32 close calls, margin rules and fp32 parts (SST-2 candidates)",
         "",
         f"{meta['machine']}; revision {meta['revision']}; {len(rows):,} deduplicated `tang` "
-        f"variants; rows/s the median of {repeats} interleaved passes; agreement: argmax "
-        "against the fp32 ONNX teacher.",
+        f"variants of the texts a run varies (`sources: maximal`); rows/s the median of "
+        f"{repeats} interleaved passes; agreement: argmax against the fp32 ONNX teacher.",
         "",
         "| labeller | rows/s | × PyTorch | agreement | max abs logit diff |",
         "|---|---|---|---|---|",
