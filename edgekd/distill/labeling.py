@@ -73,19 +73,21 @@ Labeler = Callable[[list[Any], str], np.ndarray]
 
 AGREEMENT_FLOOR = 0.995  # int8 labels only where they agree with fp32 on ≥ 99.5% of rows
 CALIBRATION_ROWS = 2_000  # 1,000 rows pick the margin, 1,000 others measure it
-# Exporting and quantizing the teacher takes ~25 s on 2 cores; at ~470 rows/s (PyTorch)
-# vs ~1,300 (auto), labelling 20,000 rows saves ~27 s: below that, PyTorch labels.
+# Exporting and quantizing the teacher takes ~25 s on 2 cores; labelling 20,000 rows in
+# `auto` instead of PyTorch saves ~27 s on short phrases (~1,300 rows/s against ~470)
+# and ~45 s on variants of whole sentences (~850 against ~290): below that, PyTorch.
 AUTO_MIN_ROWS = 20_000
 # Bump when the augmented-row files change layout (transfer.py): old ones are ignored.
 # Other augmenters' code needs no bump: the file's name holds its digest (augment_code).
 TRANSFER_VERSION = 1
 MARGIN_SLACK = 1.5  # × the int8 margin of the disagreement it covers: room for the tail
 # The margin rules `calibrate` tries, loosest first: how many of the picking half's
-# disagreements may stay above the margin. On 4,000 SST-2 variants over 50 splits
-# (benchmarks/labelling_margin.py), on the 2,000 rows neither half saw: sparing 3 of
-# ~13 relabelled 5.8% of rows at 99.85% agreement (worst split 99.55%), sparing none
-# 11.9% at 99.95%; sparing 4 fell to 99.25% on one split. Each relabel costs ~2.4
-# int8 rows (fp32 ~640 rows/s, int8 ~1,530), so 5.8% in place of 11.9% is ~13% faster.
+# disagreements may stay above the margin. On 4,000 variants of SST-2's whole sentences
+# (the rows a run labels) over 50 splits (benchmarks/labelling_margin.py, d1a5550), on
+# the 2,000 rows neither half saw: sparing 3 of ~12 relabelled 4.4% of rows at 99.85%
+# median agreement, sparing none 17.8% at 100%. Each relabel costs ~2.3 int8 rows (fp32
+# 418 rows/s, int8 980), so 4.4% in place of 17.8% labels 1.28× faster. Chosen earlier on
+# short phrases (e191ac8): 5.8% against 11.9%, and sparing 4 fell to 99.25% on a split.
 SPARE_RULES = (3, 0)
 
 
