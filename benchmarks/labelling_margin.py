@@ -2,6 +2,7 @@
 and int8 teachers with parts left in fp32, on the rows a run labels most.
 
     python benchmarks/labelling_margin.py [--rows 4000] [--splits 50] [--repeats 3]
+        [--keep none lookups ...] [--batches 8 64]
 
 Rows: a seeded sample of SST-2's augmented candidates, made by the default augmentation
 (`tang`) from a seeded sample of the texts a run varies (`augment.sources: maximal`, the
@@ -18,7 +19,9 @@ in length-sorted batches of the runtime's `teacher_batch`; PyTorch through
 every agreement is against), its dynamic int8 ONNX as `auto` quantizes it, and the same
 int8 with parts kept in fp32 (`KEEP`: the lookups, the classifier, each layer's FFN
 output). Rows/s is the median of
-`--repeats` passes over the rows, the labellers interleaved pass by pass.
+`--repeats` passes over the rows, the labellers interleaved pass by pass. `--batches`:
+PyTorch, fp32 and int8 also label in calls of those sizes (the call size side by side;
+an int8 labeller's close calls are then relabelled by the fp32 of its own call size).
 
 Margin rules, per int8 labeller: as `calibrate` does, the relabel margin is picked on
 1,000 rows and measured on 1,000 others, over `--splits` random splits of the rows:
@@ -142,6 +145,11 @@ def main() -> None:
     p.add_argument("--splits", type=int, default=50)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--keep", nargs="+", choices=list(KEEP), default=list(KEEP))
+    p.add_argument(
+        "--batches", type=int, nargs="*", default=[],
+        help="Also label in calls of these sizes (PyTorch, fp32 and int8), interleaved with "
+        "the rest: the call size measured side by side.",
+    )  # fmt: skip
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = p.parse_args()
     n_rows = smoke.rows(args.rows) or args.rows
@@ -170,9 +178,9 @@ def main() -> None:
         fp32_path = export_teacher(str(TEACHER), folder)
         nodes = list(onnx.load(str(fp32_path), load_external_data=False).graph.node)
 
-        def predictor(path: Path) -> OnnxPredictor:
+        def predictor(path: Path, batch: int = cfg.teacher_batch("onnx")) -> OnnxPredictor:
             return OnnxPredictor(
-                path, batch_size=cfg.teacher_batch("onnx"), max_length=cfg.teacher_max_length,
+                path, batch_size=batch, max_length=cfg.teacher_max_length,
                 threads=1, workers=core_share(),
             )  # fmt: skip
 
@@ -182,12 +190,22 @@ def main() -> None:
             "fp32": lambda: fp32.logits(rows),
         }
         kept: dict[str, list[str]] = {}  # per int8 labeller, the nodes it keeps in fp32
+        fp32_of: dict[str, str] = {}  # per int8 labeller, the fp32 one for its close calls
         for i, name in enumerate(keeps):
             label = f"int8, fp32 {name}" if name != "none" else "int8"
             kept[label] = KEEP[name](nodes)
             path = folder / f"model.int8-{i}.onnx"  # beside its config and tokenizer
             DynamicInt8Quantizer(exclude_nodes=kept[label]).quantize(fp32_path, path)
             labellers[label] = lambda q=predictor(path): q.logits(rows)
+            fp32_of[label] = "fp32"
+        if args.batches:
+            int8_path = folder / "model.int8-calls.onnx"
+            DynamicInt8Quantizer().quantize(fp32_path, int8_path)
+        for b in args.batches:
+            labellers[f"torch, calls of {b}"] = lambda b=b: teacher_logits(model, tok, rows, b)
+            labellers[f"fp32, calls of {b}"] = lambda q=predictor(fp32_path, b): q.logits(rows)
+            labellers[f"int8, calls of {b}"] = lambda q=predictor(int8_path, b): q.logits(rows)
+            fp32_of[f"int8, calls of {b}"] = f"fp32, calls of {b}"
 
         rates: dict[str, list[float]] = {k: [] for k in labellers}
         logits: dict[str, np.ndarray] = {}
@@ -222,7 +240,7 @@ def main() -> None:
                     shares.append(float(low.mean()))
                     agrees.append(float((hybrid.argmax(1) == gold[b]).mean()))
                 share = statistics.median(shares)
-                hybrid_rate = 1.0 / (1.0 / rate[name] + share / rate["fp32"])
+                hybrid_rate = 1.0 / (1.0 / rate[name] + share / rate[fp32_of[name]])
                 row["rules"].append(
                     {
                         "k": k, "slack": slack, "relabelled": share,
@@ -234,7 +252,7 @@ def main() -> None:
             # `auto`'s rules, and the one rule it had before (no disagreement spared)
             row["auto"] = [auto_rule(ref, q, pick, splits, r) for r in (SPARE_RULES, (0,))]
             for u in row["auto"]:
-                auto_rate = 1.0 / (1.0 / rate[name] + u["relabelled"] / rate["fp32"])
+                auto_rate = 1.0 / (1.0 / rate[name] + u["relabelled"] / rate[fp32_of[name]])
                 u |= {"rows_per_s": auto_rate, "x_torch": auto_rate / rate["torch"]}
         results.append(row)
         print(f"{name}: {rate[name]:.0f} rows/s, agreement {row['agreement']:.4f}", flush=True)

@@ -194,6 +194,19 @@ def test_decide_labelers_names_int8_labels_by_the_exporters_code(
     assert (tags("a" * 64)["train"] != before["train"]) is renamed
 
 
+def test_torch_labeler_calls_with_pytorchs_size_unless_the_config_sets_one(monkeypatch):
+    # PyTorch keeps its 64 rows a call (no faster at 16 on long rows, slower on short
+    # ones) while onnxruntime takes 16; a size the user sets is every runtime's.
+    from edgekd.distill import teacher
+
+    asked = []
+    monkeypatch.setattr(teacher, "teacher_logits", lambda m, t, texts, size, *a: asked.append(size))
+    for size, want in ((None, 64), (40, 40)):
+        cfg = DistillConfig(teacher="t", teacher_batch_size=size)
+        labeling.torch_labeler(cfg, None, None)(["a row"], "rows")
+        assert asked[-1] == want
+
+
 # ------------------------------------------------------------------ processes sharing work
 
 
