@@ -14,7 +14,7 @@ training texts, most of them short phrases a run does not vary: 13 teacher token
 on average against 21, labelled ~1.7× faster (int8 ~1,540 rows/s against ~900 in a run).
 
 Labellers, each as edgekd runs it (one single-thread onnxruntime session per core, rows
-in length-sorted batches of the runtime's `teacher_batch`; PyTorch through
+in length-sorted batches of `teacher_batch_size`; PyTorch through
 `teacher_logits`): the reference teacher in PyTorch fp32, its fp32 ONNX (the reference
 every agreement is against), its dynamic int8 ONNX as `auto` quantizes it, and the same
 int8 with parts kept in fp32 (`KEEP`: the lookups, the classifier, each layer's FFN
@@ -178,7 +178,7 @@ def main() -> None:
         fp32_path = export_teacher(str(TEACHER), folder)
         nodes = list(onnx.load(str(fp32_path), load_external_data=False).graph.node)
 
-        def predictor(path: Path, batch: int = cfg.teacher_batch("onnx")) -> OnnxPredictor:
+        def predictor(path: Path, batch: int = cfg.teacher_batch_size) -> OnnxPredictor:
             return OnnxPredictor(
                 path, batch_size=batch, max_length=cfg.teacher_max_length,
                 threads=1, workers=core_share(),
@@ -186,7 +186,7 @@ def main() -> None:
 
         fp32 = predictor(fp32_path)
         labellers: dict[str, Callable[[], np.ndarray]] = {
-            "torch": lambda: teacher_logits(model, tok, rows, cfg.teacher_batch("torch")),
+            "torch": lambda: teacher_logits(model, tok, rows, cfg.teacher_batch_size),
             "fp32": lambda: fp32.logits(rows),
         }
         kept: dict[str, list[str]] = {}  # per int8 labeller, the nodes it keeps in fp32

@@ -63,15 +63,6 @@ def seed_field(description: str) -> Any:
 # is 206 GB, so no config of a text classifier on an edge device means it.
 MAX_TOKENS = 8192
 
-# Rows per teacher call when the config names none, per runtime. Measured on 4,000 `tang`
-# variants of SST-2's whole sentences (21 teacher tokens a row, the rows a run labels;
-# 2 cores, sizes interleaved, medians of 3 passes): onnxruntime's int8 teacher labelled
-# 916 rows/s in calls of 16 against 838 in calls of 64, its fp32 397 against 350 (a
-# call's FFN activations, 16 rows × 21 tokens × 1,536 floats × 4 B = 2 MB, stay nearer
-# the core's cache than 64's 8 MB). PyTorch was no faster at 16 there (272 against
-# 273) and slower on short phrases (417 against 476 at 13 tokens a row).
-TEACHER_BATCH: dict[str, int] = {"onnx": 16, "torch": 64}
-
 # Student sizes (each student's options use these): an edge student is far smaller than
 # its teacher, and these are past the largest encoders anyone distils from.
 # - widths (embedding, hidden, LSTM units) ≤ 4,096: a BiLSTM of 4·(h·(e+h)+2h)·2 params
@@ -535,12 +526,7 @@ class DistillConfig(StrictModel):
         description="Label with int8 ONNX and fp32 ONNX for its close calls (auto, "
         "checked ≥ 99.5% agreement), fp32 ONNX (onnx), int8 ONNX (onnx-int8) or PyTorch.",
     )
-    teacher_batch_size: int | None = Field(
-        None,
-        ge=1,
-        description="Rows per teacher forward pass. Unset: "
-        f"{TEACHER_BATCH['onnx']} in onnxruntime, {TEACHER_BATCH['torch']} in PyTorch.",
-    )
+    teacher_batch_size: int = Field(64, ge=1, description="Rows per teacher forward pass.")
     teacher_max_length: int = Field(
         128,
         ge=8,
@@ -592,10 +578,6 @@ class DistillConfig(StrictModel):
         if self.epochs is not None:
             return self.epochs
         return BUDGET_MAX_EPOCHS if self.time_budget is not None else DEFAULT_EPOCHS
-
-    def teacher_batch(self, runtime: Literal["onnx", "torch"]) -> int:
-        """`teacher_batch_size`, or the runtime's own unset (`TEACHER_BATCH`)."""
-        return self.teacher_batch_size or TEACHER_BATCH[runtime]
 
     @model_validator(mode="after")
     def _early_passes_within_the_rows(self) -> DistillConfig:

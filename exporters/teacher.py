@@ -179,7 +179,7 @@ class OnnxLabelers:
                 os.replace(tmp, int8)
             self.predictors[kind] = OnnxPredictor(
                 self.folder / MODEL_FILES[kind],
-                batch_size=self.cfg.teacher_batch("onnx"),
+                batch_size=self.cfg.teacher_batch_size,
                 max_length=self.cfg.teacher_max_length,
                 # One thread a session even where the share is one core: onnxruntime's
                 # default (0) is every core of the machine, so two processes sharing 2

@@ -244,7 +244,7 @@ def torch_labeler(
     from edgekd.distill.teacher import teacher_logits
 
     return lambda texts, what: teacher_logits(
-        model, tokenizer, texts, cfg.teacher_batch("torch"), cfg.teacher_max_length, what, sink
+        model, tokenizer, texts, cfg.teacher_batch_size, cfg.teacher_max_length, what, sink
     )
 
 
@@ -348,7 +348,7 @@ def state_sink(
                 collected.extend(row_states(hidden, ids, special))
 
         teacher_logits(
-            model, tokenizer, sample, cfg.teacher_batch("torch"), cfg.teacher_max_length,
+            model, tokenizer, sample, cfg.teacher_batch_size, cfg.teacher_max_length,
             "token states' basis", Collect(),
         )  # fmt: skip
         tokens = np.concatenate(collected) if collected else np.zeros((0, width), np.float32)
@@ -880,7 +880,7 @@ def decide_labelers(
     # The batch size too: dynamic int8 scales each call by its own rows' range, so the
     # same row's int8 logits move with the rows batched beside it (~1 logit apart, 1% of
     # argmaxes, between calls of 64 and 256 rows: benchmarks/NOTES.md).
-    code = f"{onnx.code[:16]}b{cfg.teacher_batch('onnx')}" if onnx is not None else ""
+    code = f"{onnx.code[:16]}b{cfg.teacher_batch_size}" if onnx is not None else ""
     # The rules name the key: the logits a margin labelled are cached under it, so
     # another rule calibrates (and labels) afresh instead of meeting the old margin's.
     rules = "calibration" + "".join(f":{k}" for k in SPARE_RULES) + f":{code}"

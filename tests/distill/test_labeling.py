@@ -190,21 +190,19 @@ def test_decide_labelers_names_int8_labels_by_the_exporters_code(
     calibrations = list(tmp_path.rglob("*.calibration.json"))
     assert len(calibrations) == (2 if renamed else 0)
     # Another batch size labels int8 otherwise (a call is quantized by its own rows).
-    cfg = cfg.model_copy(update={"teacher_batch_size": 64})
+    cfg = cfg.model_copy(update={"teacher_batch_size": 16})
     assert (tags("a" * 64)["train"] != before["train"]) is renamed
 
 
-def test_torch_labeler_calls_with_pytorchs_size_unless_the_config_sets_one(monkeypatch):
-    # PyTorch keeps its 64 rows a call (no faster at 16 on long rows, slower on short
-    # ones) while onnxruntime takes 16; a size the user sets is every runtime's.
+def test_torch_labeler_calls_the_teacher_with_the_configs_batch_size(monkeypatch):
     from edgekd.distill import teacher
 
     asked = []
     monkeypatch.setattr(teacher, "teacher_logits", lambda m, t, texts, size, *a: asked.append(size))
-    for size, want in ((None, 64), (40, 40)):
-        cfg = DistillConfig(teacher="t", teacher_batch_size=size)
+    for size in (None, 40):
+        cfg = DistillConfig(teacher="t", **({"teacher_batch_size": size} if size else {}))
         labeling.torch_labeler(cfg, None, None)(["a row"], "rows")
-        assert asked[-1] == want
+        assert asked[-1] == (size or 64)
 
 
 # ------------------------------------------------------------------ processes sharing work

@@ -44,19 +44,18 @@ def test_onnx_labelers_export_folder_names_the_labeller_code(tmp_path, monkeypat
     assert b.code == "b" * 64 and not tmp_path.joinpath("teachers").exists()
 
 
-def test_onnx_labelers_batch_by_onnxruntimes_default_unless_the_config_sets_one(
-    tmp_path, monkeypatch
-):
-    # 16 rows a call in onnxruntime (faster there than 64 on a run's rows), and PyTorch's
-    # 64 untouched; a size the user sets is every runtime's. Nothing is exported: the
-    # model files are stand-ins and the predictor records what it was asked for.
+def test_onnx_labelers_call_the_teacher_with_the_configs_batch_size(tmp_path, monkeypatch):
+    # The rows a call holds set int8's labels (a call is quantized by its own rows), so
+    # the size the config names, 64 unset, is the one the sessions get. Nothing is
+    # exported: the model file is a stand-in and the predictor records what it was asked.
     asked = []
     monkeypatch.setattr(teacher, "OnnxPredictor", lambda path, **kw: asked.append(kw))
-    for size, want in ((None, 16), (40, 40)):
-        cfg = DistillConfig(teacher="t", cache_dir=str(tmp_path), teacher_batch_size=size)
+    for size in (None, 40):
+        cfg = DistillConfig(
+            teacher="t", cache_dir=str(tmp_path), **({"teacher_batch_size": size} if size else {})
+        )
         labelers = teacher.OnnxLabelers(cfg, "t", "f" * 64)
         labelers.folder.mkdir(parents=True, exist_ok=True)
         (labelers.folder / teacher.MODEL_FILES["fp32"]).touch()
         labelers.predictor("fp32")
-        assert asked[-1]["batch_size"] == want
-        assert cfg.teacher_batch("torch") == (size or 64)
+        assert asked[-1]["batch_size"] == (size or 64)
