@@ -14,14 +14,14 @@ training texts, most of them short phrases a run does not vary: 13 teacher token
 on average against 21, labelled ~1.7× faster (int8 ~1,540 rows/s against ~900 in a run).
 
 Labellers, each as edgekd runs it (one single-thread onnxruntime session per core, rows
-in length-sorted batches of `teacher_batch_size`; PyTorch through
-`teacher_logits`): the reference teacher in PyTorch fp32, its fp32 ONNX (the reference
-every agreement is against), its dynamic int8 ONNX as `auto` quantizes it, and the same
-int8 with parts kept in fp32 (`KEEP`: the lookups, the classifier, each layer's FFN
-output). Rows/s is the median of
-`--repeats` passes over the rows, the labellers interleaved pass by pass. `--batches`:
-PyTorch, fp32 and int8 also label in calls of those sizes (the call size side by side;
-an int8 labeller's close calls are then relabelled by the fp32 of its own call size).
+in length-sorted batches of `teacher_batch_size`; PyTorch through `teacher_logits`):
+the reference teacher in PyTorch fp32, its fp32 ONNX (the reference every agreement is
+against), its dynamic int8 ONNX as `auto` quantizes it, and the same int8 with parts
+kept in fp32 (`KEEP`: the lookups, the classifier, each layer's FFN output). Rows/s is
+the median of `--repeats` passes over the rows, the labellers interleaved pass by pass.
+`--batches`: PyTorch, fp32 and int8 also label in calls of those sizes (the call size
+side by side; an int8 labeller's close calls are then relabelled by the fp32 of its
+own call size).
 
 Margin rules, per int8 labeller: as `calibrate` does, the relabel margin is picked on
 1,000 rows and measured on 1,000 others, over `--splits` random splits of the rows:
