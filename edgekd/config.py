@@ -246,7 +246,7 @@ AUTO_MIN_VARIANTS = 40  # 2 × Tang et al.'s 20
 # each candidate costs one labelling and a pass per epoch, both linear in the rows. Left
 # at 20, SST-2 labelled all of its 115k candidates within 10 minutes and a 30-minute
 # budget bought epochs 11-37 over the same rows, with no gain (0.8704 at both). Grown as
-# √(30 / 13) instead (61 variants, 334k rows: 8 minutes labelling, 6.9 epochs against
+# √(30 / 13) instead (61 variants, 334k rows: 8.2 minutes labelling, 6.9 epochs against
 # 12.6 and 3.8), SST-2's dev score was level from epoch 4 and its bundle 7 dev rows
 # under the 93 variants' (seed 0, benchmarks/NOTES.md).
 DEFAULT_BUDGET_MINUTES = 13.0
