@@ -181,7 +181,13 @@ def early_passes(
     from accelerate import Accelerator
 
     from edgekd.distill.losses import NO_LABEL
-    from edgekd.distill.trainer import build_loss, make_optimiser, on_cpu_only, optimiser_step
+    from edgekd.distill.trainer import (
+        build_loss,
+        make_optimiser,
+        on_cpu_only,
+        optimiser_step,
+        training_precision,
+    )
     from edgekd.threads import exact_layer_norms, exact_softmax
 
     if (feed is None) == (replay is None):
@@ -240,7 +246,7 @@ def early_passes(
                 if done == steps or (feed is not None and feed.done.is_set()):
                     break
                 enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in batch]).items()}
-                with exact_softmax():
+                with exact_softmax(), training_precision(cfg.precision, accelerator.device.type):
                     loss = loss_fn(model(**enc), targets[batch], gold[batch])
                 optimiser_step(accelerator, loss, optim, params, cfg.grad_clip, lr, None, model)
                 done += 1

@@ -117,6 +117,7 @@ def _probe(
         make_optimiser,
         on_cpu_only,
         optimiser_step,
+        training_precision,
         weight_average,
     )
     from edgekd.threads import exact_layer_norms, exact_softmax
@@ -153,7 +154,7 @@ def _probe(
         enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in batch]).items()}
         targets = torch.zeros(len(batch), num_labels)
         gold = torch.full((len(batch),), NO_LABEL)
-        with exact_softmax():
+        with exact_softmax(), training_precision(cfg.precision, accelerator.device.type):
             if head is None:
                 logits = probe(**enc)
                 loss = loss_fn(logits, targets, gold)

@@ -408,7 +408,8 @@ def train_student(
             for i, batch in enumerate(loader):
                 if i == steps:
                     break
-                with exact_softmax():  # the same bits on any thread count
+                # exact_softmax: the same bits on any thread count.
+                with exact_softmax(), training_precision(cfg.precision, accelerator.device.type):
                     loss = step_loss(batch, epoch)
                 step = (epoch - 1) * len(loader) + i
                 rate = lr * lr_factor(step, total_steps, warmup_steps, cfg.lr_decay)
@@ -705,6 +706,28 @@ def optimiser_step(
         averaged.update_parameters(model)
 
 
+def training_precision(precision: str, device_type: str) -> Any:
+    """The context a training step's forward pass runs in: nothing for fp32; for bf16,
+    autocast, under which matrix products and the LSTM run in bf16 while the weights,
+    their gradients and Adam's moments stay fp32 (so no loss scaling, unlike fp16)."""
+    import contextlib
+
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type, dtype=torch.bfloat16)
+
+
+def native_bf16() -> bool:
+    """Whether this machine computes bf16 natively: a CUDA device that does, or a CPU
+    with AVX512-BF16 or AMX. Elsewhere oneDNN emulates bf16, slower than fp32."""
+    if not on_cpu_only():
+        return bool(torch.cuda.is_bf16_supported())
+    try:
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    except AttributeError:  # a torch without the probes (not x86): assume not
+        return False
+
+
 def clip_gradients(accelerator: Any, parameters: list[Any], max_norm: float) -> None:
     """Clip the gradients' 2-norm to `max_norm`: thread-count exact on CPU in fp32
     (`edgekd.threads.exact_clip_grad_norm_`); elsewhere accelerate's own, which first
@@ -788,6 +811,11 @@ def preflight(cfg: DistillConfig) -> None:
     from edgekd.distill.augment import methods_of_stage
 
     build_loss(cfg)  # the loss's epochs and schedules
+    if cfg.precision == "bf16" and not native_bf16():
+        raise EdgeKDError(
+            "precision bf16: this machine has no native bf16 (a CPU with AVX512-BF16 or AMX, "
+            "or a GPU with bf16), where it runs slower than fp32; use precision=fp32"
+        )
     check_methods(cfg, STUDENTS.get(cfg.student.name))
     if cfg.augment.order != "seeded" and not methods_of_stage(cfg.augment.listed, "text"):
         raise EdgeKDError(
