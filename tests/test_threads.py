@@ -3,9 +3,25 @@ the student."""
 
 import time
 
+import pytest
 import torch
 
+from edgekd.distill.trainer import native_bf16
 from edgekd.threads import ThreadGovernor, available_cores
+
+# bf16 where this machine computes it natively (the only place `precision: bf16` runs).
+PRECISIONS = pytest.mark.parametrize(
+    "precision",
+    [
+        "fp32",
+        pytest.param(
+            "bf16",
+            marks=pytest.mark.skipif(
+                not native_bf16(), reason="no native bf16 here (AVX512-BF16 or AMX)"
+            ),
+        ),
+    ],
+)
 
 
 class Clock:
@@ -89,10 +105,13 @@ def on_one_and_two_threads(run):
         torch.set_num_threads(before)
 
 
-def test_bilstm_training_is_bit_identical_on_one_and_two_threads():
+@PRECISIONS
+def test_bilstm_training_is_bit_identical_on_one_and_two_threads(precision):
     # On batches of one length each, as the trainer's are (`bucketed_batches`), with
     # its fused Adam: the governor may switch threads mid-run and the seed still gives
     # one student. (Mixed-length batches take a packed path that does not: ~5e-7 apart.)
+    # In bf16 too: oneDNN's bf16 LSTM and matrix products keep the same bits.
+    from edgekd.distill.trainer import training_precision
     from edgekd.students.bilstm import BiLSTMConfig, BiLSTMStudent
 
     def train(threads):
@@ -103,7 +122,8 @@ def test_bilstm_training_is_bit_identical_on_one_and_two_threads():
         gen = torch.Generator().manual_seed(1)
         for length in (12, 3, 1, 7, 20):
             ids = torch.randint(1, 500, (16, length), generator=gen)
-            loss = (model(ids, torch.ones_like(ids)) ** 2).mean()
+            with training_precision(precision, "cpu"):
+                loss = (model(ids, torch.ones_like(ids)).float() ** 2).mean()
             loss.backward()
             optim.step()
             optim.zero_grad()
@@ -181,9 +201,11 @@ def test_exact_clip_scales_as_torchs_clip():
     assert all(torch.allclose(a.grad, b.grad, atol=1e-7) for a, b in zip(ours, theirs, strict=True))
 
 
-def test_bert_training_is_bit_identical_on_one_and_two_threads():
+@PRECISIONS
+def test_bert_training_is_bit_identical_on_one_and_two_threads(precision):
     # Attention scores of 8 rows × 4 heads × 40² = 51,200 values, past torch's 32,768
     # grain, where its own LayerNorm and softmax backward kernels split by thread.
+    from edgekd.distill.trainer import training_precision
     from edgekd.students.bert import BertStudent, BertStudentConfig
     from edgekd.threads import exact_clip_grad_norm_, exact_layer_norms, exact_softmax
 
@@ -199,8 +221,8 @@ def test_bert_training_is_bit_identical_on_one_and_two_threads():
         gen = torch.Generator().manual_seed(1)
         for rows, length in ((8, 40), (1, 33), (16, 40)):
             ids = torch.randint(1, 500, (rows, length), generator=gen)
-            with exact_softmax():
-                loss = (model(ids, torch.ones_like(ids)) ** 2).mean()
+            with exact_softmax(), training_precision(precision, "cpu"):
+                loss = (model(ids, torch.ones_like(ids)).float() ** 2).mean()
             loss.backward()
             exact_clip_grad_norm_(model.parameters(), 0.1)  # small: it clips
             optim.step()

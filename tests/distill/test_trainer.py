@@ -9,7 +9,9 @@ from edgekd.distill.trainer import (
     ends_at,
     keeps_later,
     lr_factor,
+    native_bf16,
     steps_that_fit,
+    training_precision,
     weight_average,
 )
 
@@ -129,3 +131,27 @@ def test_split_between_shares_each_batch_out_in_step_order():
     parts = split_between(batches, 2)
     assert parts == [[0, 2, 4], [1, 3], [5, 7], [6], [8], [8]]
     assert parts[0::2] == [[0, 2, 4], [5, 7], [8]] and parts[1::2] == [[1, 3], [6], [8]]
+
+
+def test_training_precision_runs_matrix_products_in_bf16_and_leaves_fp32_alone():
+    linear, x = torch.nn.Linear(4, 3), torch.randn(2, 4)
+    with training_precision("bf16", "cpu"):
+        out = linear(x)
+    assert out.dtype == torch.bfloat16
+    out.float().sum().backward()
+    assert linear.weight.dtype == linear.weight.grad.dtype == torch.float32  # Adam's stay fp32
+    with training_precision("fp32", "cpu"):
+        assert linear(x).dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    ("avx512_bf16", "amx", "expected"),
+    [(False, False, False), (True, False, True), (False, True, True)],
+)
+def test_native_bf16_needs_avx512_bf16_or_amx_on_a_cpu(monkeypatch, avx512_bf16, amx, expected):
+    from edgekd.distill import trainer
+
+    monkeypatch.setattr(trainer, "on_cpu_only", lambda: True)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert native_bf16() is expected

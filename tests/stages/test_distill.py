@@ -8,6 +8,7 @@ from safetensors.torch import load_file
 from conftest import FEW_VARIANTS, SMALL_BILSTM
 from edgekd.artifacts import StudentMeta
 from edgekd.config import DataConfig, DistillConfig
+from edgekd.distill.trainer import native_bf16
 from edgekd.errors import EdgeKDError
 from edgekd.stages.distill import distill as run_distill
 
@@ -60,6 +61,31 @@ def test_run_distill_same_seed_gives_identical_student(tiny_teacher, tiny_data, 
     a, b, c = (load_file(str(tmp_path / x / "model.safetensors")) for x in "abc")
     assert all((a[k] == b[k]).all() for k in a)
     assert any((a[k] != c[k]).any() for k in a)
+
+
+@pytest.mark.skipif(not native_bf16(), reason="no native bf16 here (AVX512-BF16 or AMX)")
+def test_run_distill_bf16_same_seed_gives_identical_student_unlike_fp32(
+    tiny_teacher, tiny_data, tmp_path
+):
+    run_distill(cfg(tiny_teacher, tiny_data, precision="bf16"), tmp_path / "a")
+    run_distill(cfg(tiny_teacher, tiny_data, precision="bf16"), tmp_path / "b")
+    run_distill(cfg(tiny_teacher, tiny_data), tmp_path / "c")
+    a, b, c = (load_file(str(tmp_path / x / "model.safetensors")) for x in "abc")
+    assert all((a[k] == b[k]).all() for k in a)
+    assert any((a[k] != c[k]).any() for k in a)  # the steps did run in bf16
+    assert all(v.dtype == torch.float32 for v in a.values())  # fp32 weights, as fp32 runs'
+    assert "precision: bf16" in (tmp_path / "a" / "config.yaml").read_text()
+
+
+def test_run_distill_refuses_bf16_without_native_bf16_before_any_work(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    from edgekd.distill import trainer
+
+    monkeypatch.setattr(trainer, "native_bf16", lambda: False)
+    with pytest.raises(EdgeKDError, match="use precision=fp32"):
+        run_distill(cfg(tiny_teacher, tiny_data, precision="bf16"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_run_distill_reuses_cached_teacher_logits(tiny_teacher, tiny_data, tmp_path):
