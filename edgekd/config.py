@@ -624,6 +624,13 @@ class DistillConfig(StrictModel):
             raise ValueError(f"unknown assistant field(s) {unknown}; use distill fields")
         return value
 
+    def assistant_config(self) -> DistillConfig:
+        """TAKD's first run: this config with `assistant`'s fields over it."""
+        if self.assistant is None:
+            raise ValueError("no assistant: this config is one run")
+        base = self.model_dump(exclude={"assistant"})
+        return validate(DistillConfig, {**base, **self.assistant}, "assistant")
+
     @model_validator(mode="after")
     def _component_options(self) -> DistillConfig:
         # Each component's options against its own config model, through its registry,

@@ -300,11 +300,10 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
         )
     for variant in checked.named_variants():
         cfg = checked.distill_config(variant, recipe.teacher.path or "teacher")
-        if cfg.assistant is None:
-            try:
-                preflight(cfg)
-            except EdgeKDError as e:
-                raise EdgeKDError(f"variant {variant}: {e}", 2) from None
+        try:
+            preflight(cfg)
+        except EdgeKDError as e:
+            raise EdgeKDError(f"variant {variant}: {e}", 2) from None
         checked.export_config(variant)
     if recipe.teacher.path is None:
         recipe.teacher_config()

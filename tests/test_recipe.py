@@ -136,6 +136,11 @@ def test_stage_runs_again_when_cached_by_other_code(tmp_path, monkeypatch):
         ({"colour": "red"}, "field 'colour': no such field; valid: "),
         ({"distill": {"student": "gru"}}, "variant small: unknown student 'gru'"),
         ({"distill": {"intermediate": "pkd"}}, "variant small: .*needs a transformer student"),
+        # A TAKD variant's student run is checked at load, not once the assistant trained.
+        (
+            {"distill": {"intermediate": "pkd", "assistant": {"student": "bert"}}},
+            "variant small: .*needs a transformer student",
+        ),
         # ProfileConfig's own rule, at load, not after every variant has trained.
         ({"profile": {"runs": 2, "trials": 5}}, "recipe profile: runs 2 < trials 5"),
         # The teacher's config as it will run (recipe data and seed under it), at load.

@@ -211,6 +211,7 @@ def early_passes(
     loss_fn = build_loss(cfg)
     loss_fn.start_epoch(1)
     accelerator = Accelerator(cpu=on_cpu_only())
+    device = next(model.parameters()).device.type  # where the passes' steps run
     lr = cfg.lr or model.default_lr
     optim = make_optimiser(params, lr, cfg.weight_decay)
     passes: list[tuple[int, int]] = []
@@ -246,8 +247,10 @@ def early_passes(
                 if done == steps or (feed is not None and feed.done.is_set()):
                     break
                 enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in batch]).items()}
-                with exact_softmax(), training_precision(cfg.precision, accelerator.device.type):
-                    loss = loss_fn(model(**enc), targets[batch], gold[batch])
+                with exact_softmax():
+                    with training_precision(cfg.precision, device):  # the forward, as the loop's
+                        logits = model(**enc)
+                    loss = loss_fn(logits.float(), targets[batch], gold[batch])
                 optimiser_step(accelerator, loss, optim, params, cfg.grad_clip, lr, None, model)
                 done += 1
                 if feed is not None:

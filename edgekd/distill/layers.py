@@ -70,6 +70,14 @@ class Features:
     mask: torch.Tensor
     attention: list[Attention] | None = None
 
+    def float(self) -> Features:
+        """These features in fp32 (a bf16 forward's, so every loss on them is fp32)."""
+        attention = self.attention and [
+            Attention(a.q.float(), a.k.float(), a.v.float(), a.heads) for a in self.attention
+        ]
+        hidden = tuple(h.float() for h in self.hidden)
+        return Features(self.logits.float(), hidden, self.mask, attention)
+
 
 @contextmanager
 def attention_of(model: nn.Module) -> Iterator[list[Attention]]:

@@ -123,6 +123,7 @@ def _probe(
     from edgekd.threads import exact_layer_norms, exact_softmax
 
     probe = copy.deepcopy(model).train()
+    device = next(probe.parameters()).device.type  # where the probe's steps run
     exact_layer_norms(probe)
     params = list(probe.parameters())
     # With `token_states`, each real step also maps the student's token states onto the
@@ -154,13 +155,17 @@ def _probe(
         enc = {k: torch.from_numpy(v) for k, v in tok.pad([ids[i] for i in batch]).items()}
         targets = torch.zeros(len(batch), num_labels)
         gold = torch.full((len(batch),), NO_LABEL)
-        with exact_softmax(), training_precision(cfg.precision, accelerator.device.type):
+        with exact_softmax():
+            # The loop's precision, on the loop's terms: the student's forward alone.
+            with training_precision(cfg.precision, device):
+                out = probe(**enc) if head is None else probe(**enc, return_hidden=True)
             if head is None:
-                logits = probe(**enc)
-                loss = loss_fn(logits, targets, gold)
+                loss = loss_fn(out.float(), targets, gold)
             else:
-                logits, hidden = probe(**enc, return_hidden=True)
-                loss = loss_fn(logits, targets, gold) + head(hidden[-1]).pow(2).mean()
+                logits, hidden = out
+                loss = (
+                    loss_fn(logits.float(), targets, gold) + head(hidden[-1].float()).pow(2).mean()
+                )
         optimiser_step(accelerator, loss, optim, params, cfg.grad_clip, lr, averaged, probe)
         loss.item()  # the loop's running loss: a sync point on an accelerator
         took = timer() - t

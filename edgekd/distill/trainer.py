@@ -239,12 +239,19 @@ def train_student(
         t_batch = {k[2:]: batch.pop(k) for k in list(batch) if k.startswith("t_")}
         w_layer, w_pred = layer_loss.weights(epoch) if layer_loss is not None else (0.0, 1.0)
         s_feat = None
-        if w_layer > 0 or (w_pred > 0 and wants_features):
-            attention = w_layer > 0 and layer_loss.needs_attention
-            s_feat = student_features(model, batch, attention)
+        # `precision` covers the student's forward (and so its backward) alone: its
+        # outputs come back in fp32, and the teacher, the losses and the methods' terms
+        # (which may run models of their own) are computed in fp32 as without it.
+        with training_precision(cfg.precision, accelerator.device.type):
+            if w_layer > 0 or (w_pred > 0 and wants_features):
+                attention = w_layer > 0 and layer_loss.needs_attention
+                s_feat = student_features(model, batch, attention)
+            else:
+                logits = model(**batch)
+        if s_feat is not None:
+            s_feat = s_feat.float()
             logits = s_feat.logits
-        else:
-            logits = model(**batch)
+        logits = logits.float()
         loss = logits.new_zeros(())
         if w_layer > 0:
             with torch.no_grad():
@@ -408,8 +415,7 @@ def train_student(
             for i, batch in enumerate(loader):
                 if i == steps:
                     break
-                # exact_softmax: the same bits on any thread count.
-                with exact_softmax(), training_precision(cfg.precision, accelerator.device.type):
+                with exact_softmax():  # the same bits on any thread count
                     loss = step_loss(batch, epoch)
                 step = (epoch - 1) * len(loader) + i
                 rate = lr * lr_factor(step, total_steps, warmup_steps, cfg.lr_decay)
@@ -718,13 +724,15 @@ def training_precision(precision: str, device_type: str) -> Any:
 
 
 def native_bf16() -> bool:
-    """Whether this machine computes bf16 natively: a CUDA device that does, or a CPU
-    with AVX512-BF16 or AMX. Elsewhere oneDNN emulates bf16, slower than fp32."""
+    """Whether this machine computes bf16 natively: a CUDA device that does (not by
+    emulation, as a V100 or T4 would), or an x86 CPU with AVX512-BF16 or AMX. Elsewhere
+    bf16 is emulated, slower than fp32. (Arm CPUs with bf16 read False: torch's probes
+    are x86's; not measured there.)"""
     if not on_cpu_only():
-        return bool(torch.cuda.is_bf16_supported())
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
     try:
         return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-    except AttributeError:  # a torch without the probes (not x86): assume not
+    except AttributeError:  # a torch built without these probes
         return False
 
 
@@ -807,9 +815,13 @@ def weight_average(model: torch.nn.Module, horizon: float | None, steps_per_epoc
 
 def preflight(cfg: DistillConfig) -> None:
     """Every check that needs no data or teacher, so a bad config fails at once. (Each
-    component's options were validated when `cfg` was built.)"""
+    component's options were validated when `cfg` was built.) Under TAKD, the
+    assistant's run's and the student's run's, so neither fails after the other trained."""
     from edgekd.distill.augment import methods_of_stage
 
+    if cfg.assistant is not None:
+        preflight(cfg.assistant_config())
+        cfg = cfg.model_copy(update={"assistant": None})
     build_loss(cfg)  # the loss's epochs and schedules
     if cfg.precision == "bf16" and not native_bf16():
         raise EdgeKDError(

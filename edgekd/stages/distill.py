@@ -86,9 +86,8 @@ def run_takd(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) -
     """
     import os
 
-    assert cfg.assistant is not None
-    base = cfg.model_dump(exclude={"assistant"})
-    a_cfg = validate(DistillConfig, {**base, **cfg.assistant}, "assistant")
+    preflight(cfg)  # both runs' checks, before the first
+    a_cfg = cfg.assistant_config()
     if "hidden_states" not in STUDENTS.get(a_cfg.student.name).capabilities:
         raise EdgeKDError(
             f"assistant student {a_cfg.student.name!r} cannot teach (it is no HF classifier); "

@@ -289,3 +289,23 @@ def test_resumed_replay_run_does_not_replay_its_passes_over_the_checkpoint(
     assert calls == [1]
     again = stage.distill(cfg, tmp_path / "s")  # both epochs in the checkpoint
     assert calls == [1] and "early_passes" not in again.seconds
+
+
+def test_early_passes_step_in_the_runs_precision(teacher, monkeypatch):
+    from contextlib import nullcontext
+
+    from edgekd.distill import trainer
+
+    seen: list[tuple[str, str]] = []
+
+    def spy(precision, device):
+        seen.append((precision, device))
+        return nullcontext()
+
+    monkeypatch.setattr(trainer, "training_precision", spy)
+    cfg = _cfg(precision="bf16")
+    model, tok = _student(cfg, teacher)
+    train = _logits(N_TRAIN, 0)
+    replay = [(0, 3)]  # one pass over the training rows, 3 steps
+    early_passes(cfg, model, tok, TEXTS, [0] * 120, N_TRAIN, replay=replay, train_logits=train)
+    assert seen == [("bf16", "cpu")] * 3

@@ -943,3 +943,28 @@ def test_probe_rate_is_the_epochs_over_every_length_the_sample_holds(tiny_teache
     lengths = [tok.length(x) for x in tok.ids(texts)]
     seconds = sum(math.ceil(c / 8) * 0.01 + 0.001 * n * c for n, c in Counter(lengths).items())
     assert rate == pytest.approx(len(texts) / seconds)
+
+
+def test_probe_steps_in_the_runs_precision(tiny_teacher, monkeypatch):
+    # A bf16 run's steps are ~1.2× faster than fp32's: a probe stepping in fp32 would
+    # plan its epochs at the wrong pace.
+    from contextlib import nullcontext
+
+    from edgekd.config import DistillConfig
+    from edgekd.distill import timebudget, trainer
+    from edgekd.distill.teacher import load_teacher
+    from edgekd.students.bilstm import BiLSTMStudent
+
+    teacher, ttok = load_teacher(str(tiny_teacher))
+    texts = ["good film", "bad plot here", "the film", "a great one"] * 20
+    student, tok = BiLSTMStudent.prepare(SMALL_BILSTM, texts, 2, teacher, ttok)
+    seen: list[tuple[str, str]] = []
+
+    def spy(precision, device):
+        seen.append((precision, device))
+        return nullcontext()
+
+    monkeypatch.setattr(trainer, "training_precision", spy)
+    cfg = DistillConfig(teacher="t", batch_size=8, precision="bf16")
+    assert timebudget._probe(cfg, student, tok, texts, 2, 0.01) > 0
+    assert seen and set(seen) == {("bf16", "cpu")}

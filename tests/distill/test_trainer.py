@@ -139,7 +139,8 @@ def test_training_precision_runs_matrix_products_in_bf16_and_leaves_fp32_alone()
         out = linear(x)
     assert out.dtype == torch.bfloat16
     out.float().sum().backward()
-    assert linear.weight.dtype == linear.weight.grad.dtype == torch.float32  # Adam's stay fp32
+    # The weights and their gradients (what Adam reads) stay fp32.
+    assert linear.weight.dtype == linear.weight.grad.dtype == torch.float32
     with training_precision("fp32", "cpu"):
         assert linear(x).dtype == torch.float32
 
@@ -148,10 +149,21 @@ def test_training_precision_runs_matrix_products_in_bf16_and_leaves_fp32_alone()
     ("avx512_bf16", "amx", "expected"),
     [(False, False, False), (True, False, True), (False, True, True)],
 )
-def test_native_bf16_needs_avx512_bf16_or_amx_on_a_cpu(monkeypatch, avx512_bf16, amx, expected):
+def test_native_bf16_needs_avx512_bf16_or_amx_when_on_cpu(monkeypatch, avx512_bf16, amx, expected):
     from edgekd.distill import trainer
 
     monkeypatch.setattr(trainer, "on_cpu_only", lambda: True)
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     assert native_bf16() is expected
+
+
+def test_features_float_brings_a_bf16_forwards_outputs_to_fp32():
+    from edgekd.distill.layers import Attention, Features
+
+    bf = torch.ones(2, 3, 4, dtype=torch.bfloat16)
+    feat = Features(bf[:, 0], (bf, bf), torch.ones(2, 3), [Attention(bf, bf, bf, 2)])
+    out = feat.float()
+    tensors = [out.logits, *out.hidden, out.attention[0].q, out.attention[0].k, out.attention[0].v]
+    assert all(t.dtype == torch.float32 for t in tensors) and out.attention[0].heads == 2
+    assert Features(bf, (bf,), torch.ones(2)).float().attention is None

@@ -1,4 +1,5 @@
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -64,9 +65,7 @@ def test_run_distill_same_seed_gives_identical_student(tiny_teacher, tiny_data, 
 
 
 @pytest.mark.skipif(not native_bf16(), reason="no native bf16 here (AVX512-BF16 or AMX)")
-def test_run_distill_bf16_same_seed_gives_identical_student_unlike_fp32(
-    tiny_teacher, tiny_data, tmp_path
-):
+def test_run_distill_same_seed_gives_identical_student_when_bf16(tiny_teacher, tiny_data, tmp_path):
     run_distill(cfg(tiny_teacher, tiny_data, precision="bf16"), tmp_path / "a")
     run_distill(cfg(tiny_teacher, tiny_data, precision="bf16"), tmp_path / "b")
     run_distill(cfg(tiny_teacher, tiny_data), tmp_path / "c")
@@ -77,12 +76,17 @@ def test_run_distill_bf16_same_seed_gives_identical_student_unlike_fp32(
     assert "precision: bf16" in (tmp_path / "a" / "config.yaml").read_text()
 
 
-def test_run_distill_refuses_bf16_without_native_bf16_before_any_work(
+def test_run_distill_refuses_bf16_before_loading_data_when_no_native_bf16(
     tiny_teacher, tiny_data, tmp_path, monkeypatch
 ):
     from edgekd.distill import trainer
+    from edgekd.stages import distill as stage
+
+    def no_data(*a, **k):
+        raise AssertionError("the data was read before the refusal")
 
     monkeypatch.setattr(trainer, "native_bf16", lambda: False)
+    monkeypatch.setattr(stage, "load_task", no_data)
     with pytest.raises(EdgeKDError, match="use precision=fp32"):
         run_distill(cfg(tiny_teacher, tiny_data, precision="bf16"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -371,6 +375,25 @@ def test_run_distill_trains_bert_student_with_each_method(tiny_teacher, tiny_dat
     assert (tmp_path / "s" / "config.json").is_file()  # an HF folder too
 
 
+@pytest.mark.skipif(not native_bf16(), reason="no native bf16 here (AVX512-BF16 or AMX)")
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"intermediate": "minilm"},  # attention relations, from the bf16 forward's q, k, v
+        {"intermediate": {"name": "tinybert", "options": {"stage_epochs": 1}}, "epochs": 3},
+        {"augment": {"methods": ["mask", "mixup"], "n_iter": 2}, "intermediate": "pkd"},
+        {"loss": "kd", "temperature": 2.0},
+    ],
+)
+def test_run_distill_trains_bert_student_with_each_method_when_bf16(
+    tiny_teacher, tiny_data, tmp_path, extra
+):
+    kw = {"student": {"name": "bert", "options": BERT}, "precision": "bf16", **extra}
+    m = run_distill(cfg(tiny_teacher, tiny_data, **kw), tmp_path / "s")
+    assert m["epochs_run"] == kw.get("epochs", 2)
+    assert all(math.isfinite(h["train_loss"]) for h in m["history"])
+
+
 def test_run_distill_distilbert_initialises_from_every_other_layer(
     tiny_teacher, tiny_data, tmp_path
 ):
@@ -421,6 +444,9 @@ def test_run_distill_mate_kd_trains_a_bert_student_against_a_generator(
     assert m["epochs_run"] == 2
     resolved = yaml.safe_load((tmp_path / "s" / "config.yaml").read_text())
     assert resolved["augment"]["methods"] == [mate]
+    if native_bf16():  # its generator's step and table lookups stay fp32 under bf16
+        bf16 = run_distill(cfg(tiny_teacher, tiny_data, **kw, precision="bf16"), tmp_path / "b")
+        assert bf16["epochs_run"] == 2
     # The student must read the teacher's tokens, and a generator is needed.
     with pytest.raises(EdgeKDError, match="use --student bert"):
         run_distill(cfg(tiny_teacher, tiny_data, augment={"methods": [mate]}), tmp_path / "t")
@@ -546,6 +572,28 @@ def test_run_distill_takd_chains_teacher_assistant_student(tiny_teacher, tiny_da
     }
     with pytest.raises(EdgeKDError, match="use an assistant with student: bert"):
         run_distill(cfg(tiny_teacher, tiny_data, assistant={}), tmp_path / "t")
+
+
+@pytest.mark.parametrize("bf16_in", ["student", "assistant"])
+def test_run_distill_takd_refuses_either_runs_bad_config_before_loading_data(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch, bf16_in
+):
+    # The student run's refusal must not wait for the assistant run to have trained.
+    from edgekd.distill import trainer
+    from edgekd.stages import distill as stage
+
+    def no_data(*a, **k):
+        raise AssertionError("the data was read before the refusal")
+
+    monkeypatch.setattr(trainer, "native_bf16", lambda: False)
+    monkeypatch.setattr(stage, "load_task", no_data)
+    assistant = {"student": {"name": "bert", "options": BERT}, "precision": "fp32"}
+    if bf16_in == "assistant":
+        assistant["precision"] = "bf16"
+    kw = {"precision": "bf16" if bf16_in == "student" else "fp32", "assistant": assistant}
+    with pytest.raises(EdgeKDError, match="use precision=fp32"):
+        run_distill(cfg(tiny_teacher, tiny_data, **kw), tmp_path / "s")
+    assert not (tmp_path / "s").exists()
 
 
 def test_run_distill_pkd_feeds_each_model_its_own_tokens(tiny_teacher, tiny_data, tmp_path):
