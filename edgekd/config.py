@@ -487,9 +487,10 @@ class DistillConfig(StrictModel):
     grad_clip: float = Field(5.0, gt=0, description="Max global gradient norm.")
     precision: Literal["fp32", "bf16"] = Field(
         "fp32",
-        description="Arithmetic of the training steps' forward and backward passes: fp32, or "
-        "bf16 autocast (weights, gradients and Adam stay fp32). bf16 needs a CPU with native "
-        "bf16 (AVX512-BF16 or AMX) or a GPU that has it. Scoring and export are fp32 either way.",
+        description="Arithmetic of the student's forward pass in training (its backward "
+        "follows): fp32, or bf16 autocast, its outputs back in fp32 (the losses, the teacher, "
+        "the weights, their gradients and Adam stay fp32). bf16 needs native bf16: an x86 CPU "
+        "with AVX512-BF16 or AMX, or a GPU. Scoring and export are fp32 either way.",
     )
     ema: float | None = Field(
         # Measured on SST-2 (same rows, same steps): dev +0.1 / +1.2 / +0.7 points at
