@@ -43,6 +43,19 @@ SMALL_BILSTM = {"embedding_dim": 16, "hidden_size": 8, "mlp_size": 16}
 # tiny_data's ~140 training texts, ~10 s a distill); 4 give ~560.
 FEW_VARIANTS = 4
 
+
+def _native_bf16() -> bool:
+    from edgekd.distill.trainer import native_bf16
+
+    return native_bf16()
+
+
+# bf16 tests run where this machine computes bf16 natively: the only place
+# `precision: bf16` runs (elsewhere it is refused).
+NATIVE_BF16 = pytest.mark.skipif(
+    not _native_bf16(), reason="no native bf16 here (AVX512-BF16 or AMX)"
+)
+
 FILLER = ["the", "movie", "plot", "was", "a", "and", "film", "actors", "really", "very"]
 
 # How `pytest -n auto` (README) splits the suite over its workers: `--dist loadfile

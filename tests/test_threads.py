@@ -6,22 +6,10 @@ import time
 import pytest
 import torch
 
-from edgekd.distill.trainer import native_bf16
+from conftest import NATIVE_BF16
 from edgekd.threads import ThreadGovernor, available_cores
 
-# bf16 where this machine computes it natively (the only place `precision: bf16` runs).
-PRECISIONS = pytest.mark.parametrize(
-    "precision",
-    [
-        "fp32",
-        pytest.param(
-            "bf16",
-            marks=pytest.mark.skipif(
-                not native_bf16(), reason="no native bf16 here (AVX512-BF16 or AMX)"
-            ),
-        ),
-    ],
-)
+PRECISIONS = pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=NATIVE_BF16)])
 
 
 class Clock:

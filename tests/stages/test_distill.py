@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import FEW_VARIANTS, SMALL_BILSTM
+from conftest import FEW_VARIANTS, NATIVE_BF16, SMALL_BILSTM
 from edgekd.artifacts import StudentMeta
 from edgekd.config import DataConfig, DistillConfig
 from edgekd.distill.trainer import native_bf16
@@ -64,7 +64,7 @@ def test_run_distill_same_seed_gives_identical_student(tiny_teacher, tiny_data, 
     assert any((a[k] != c[k]).any() for k in a)
 
 
-@pytest.mark.skipif(not native_bf16(), reason="no native bf16 here (AVX512-BF16 or AMX)")
+@NATIVE_BF16
 def test_run_distill_same_seed_gives_identical_student_when_bf16(tiny_teacher, tiny_data, tmp_path):
     run_distill(cfg(tiny_teacher, tiny_data, precision="bf16"), tmp_path / "a")
     run_distill(cfg(tiny_teacher, tiny_data, precision="bf16"), tmp_path / "b")
@@ -375,7 +375,7 @@ def test_run_distill_trains_bert_student_with_each_method(tiny_teacher, tiny_dat
     assert (tmp_path / "s" / "config.json").is_file()  # an HF folder too
 
 
-@pytest.mark.skipif(not native_bf16(), reason="no native bf16 here (AVX512-BF16 or AMX)")
+@NATIVE_BF16
 @pytest.mark.parametrize(
     "extra",
     [
