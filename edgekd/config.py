@@ -170,6 +170,14 @@ class TeacherConfig(StrictModel):
         "noise of the best keeps its weights) before the cool-down starts.",
     )
     batch_size: int = Field(32, ge=1, description="Rows per optimiser step (rows).")
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="Arithmetic of the encoder's forward pass in each fine-tune step (its "
+        "backward follows): fp32, or bf16 autocast, its logits back in fp32 (the loss, the "
+        "weights, their gradients and AdamW stay fp32). bf16 needs native bf16: an x86 CPU "
+        "with AVX512-BF16 or AMX, or a GPU. The probe, the scoring and the saved weights are "
+        "fp32 either way.",
+    )
     max_length: int | None = Field(
         None,
         ge=8,

@@ -288,7 +288,7 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
     # `-s` over the file, as every command resolves its config (edgekd.resolve).
     recipe = validate(Recipe, layered(Recipe, data, overrides), str(path))
     # Every section fails now, before hours of training, not when its stage starts.
-    from edgekd.distill.trainer import preflight
+    from edgekd.distill.trainer import check_precision, preflight
 
     checked = recipe
     if recipe.variants == "plan":  # each candidate as a variant would distil it
@@ -306,7 +306,10 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
             raise EdgeKDError(f"variant {variant}: {e}", 2) from None
         checked.export_config(variant)
     if recipe.teacher.path is None:
-        recipe.teacher_config()
+        try:
+            check_precision(recipe.teacher_config().precision)
+        except EdgeKDError as e:
+            raise EdgeKDError(f"teacher.finetune: {e}", 2) from None
     recipe.profile_config(recipe.profile.seq_len)  # runs ≥ trials, ranges: before training
     recipe.budget_model()
     from edgekd.devices.base import load_spec

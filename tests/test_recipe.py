@@ -161,6 +161,30 @@ def test_bad_recipe_fails_before_any_stage(tmp_path, tiny_teacher, tiny_data, ed
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        ({"distill": {"precision": "bf16"}}, "variant small: precision bf16"),
+        ({"teacher": {"path": None, "finetune": {"precision": "bf16"}}},
+         "teacher.finetune: precision bf16"),
+    ],
+)  # fmt: skip
+def test_recipe_refuses_bf16_at_load_when_no_native_bf16(
+    tmp_path, tiny_teacher, tiny_data, monkeypatch, edit, match
+):
+    from edgekd.distill import trainer
+
+    monkeypatch.setattr(trainer, "native_bf16", lambda: False)
+    path = write_recipe(tmp_path, tiny_teacher, tiny_data, {"max_bytes": 1})
+    recipe = yaml.safe_load(path.read_text())
+    for k, v in edit.items():
+        recipe[k] = {**recipe[k], **v}
+    path.write_text(yaml.safe_dump(recipe))
+    with pytest.raises(EdgeKDError, match=match):
+        load_recipe(path)
+    assert not (tmp_path / "run").exists()
+
+
 def test_set_overrides_reach_nested_fields_and_reject_non_sections(
     tmp_path, tiny_teacher, tiny_data
 ):

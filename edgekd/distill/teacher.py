@@ -448,7 +448,12 @@ def finetune(
 
     from edgekd.distill import checkpoint as ckpt
     from edgekd.distill.timebudget import Clock
-    from edgekd.distill.trainer import clip_gradients, keeps_later, on_cpu_only
+    from edgekd.distill.trainer import (
+        clip_gradients,
+        keeps_later,
+        on_cpu_only,
+        training_precision,
+    )
     from edgekd.hub import require_hub
     from edgekd.threads import ThreadGovernor, exact_layer_norms, exact_softmax
 
@@ -597,7 +602,10 @@ def finetune(
                     enc = {k: v.to(accelerator.device) for k, v in enc.items()}
                     y = torch.tensor([labels[idx[j]] for j in part], device=accelerator.device)
                     with exact_softmax():  # the same bits on any thread count
-                        logits = model(**enc).logits
+                        # `precision` covers the encoder's forward (and so its backward)
+                        # alone; the loss is taken on fp32 logits.
+                        with training_precision(cfg.precision, accelerator.device.type):
+                            logits = model(**enc).logits.float()
                         part_loss = torch.nn.functional.cross_entropy(logits, y, reduction="sum")
                     accelerator.backward(part_loss / len(idx))
                     loss_sum += part_loss.item()

@@ -736,6 +736,16 @@ def native_bf16() -> bool:
         return False
 
 
+def check_precision(precision: str) -> None:
+    """Refuse bf16 where it is emulated (`native_bf16`): there it runs slower than fp32,
+    the opposite of what it was asked for. The distill and teacher stages' one rule."""
+    if precision == "bf16" and not native_bf16():
+        raise EdgeKDError(
+            "precision bf16: this machine has no native bf16 (a CPU with AVX512-BF16 or AMX, "
+            "or a GPU with bf16), where it runs slower than fp32; use precision=fp32"
+        )
+
+
 def clip_gradients(accelerator: Any, parameters: list[Any], max_norm: float) -> None:
     """Clip the gradients' 2-norm to `max_norm`: thread-count exact on CPU in fp32
     (`edgekd.threads.exact_clip_grad_norm_`); elsewhere accelerate's own, which first
@@ -823,11 +833,7 @@ def preflight(cfg: DistillConfig) -> None:
         preflight(cfg.assistant_config())
         cfg = cfg.model_copy(update={"assistant": None})
     build_loss(cfg)  # the loss's epochs and schedules
-    if cfg.precision == "bf16" and not native_bf16():
-        raise EdgeKDError(
-            "precision bf16: this machine has no native bf16 (a CPU with AVX512-BF16 or AMX, "
-            "or a GPU with bf16), where it runs slower than fp32; use precision=fp32"
-        )
+    check_precision(cfg.precision)
     check_methods(cfg, STUDENTS.get(cfg.student.name))
     if cfg.augment.order != "seeded" and not methods_of_stage(cfg.augment.listed, "text"):
         raise EdgeKDError(

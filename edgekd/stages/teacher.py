@@ -9,6 +9,7 @@ from edgekd.config import TeacherConfig, save_config
 from edgekd.data import load_task
 from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
 from edgekd.distill.teacher import finetune
+from edgekd.distill.trainer import check_precision
 from edgekd.io import atomic_dir, check_not_input, check_output
 
 
@@ -17,6 +18,7 @@ def teacher(cfg: TeacherConfig, out_dir: str | Path, overwrite: bool = False) ->
     resolved config.yaml and metrics.json; a killed run resumes from its last epoch."""
     check_output(out_dir, overwrite)  # before any data is read
     check_not_input(out_dir, [cfg.data.spec, cfg.base])
+    check_precision(cfg.precision)  # before any data is read
     task = load_task(cfg.data)
     with atomic_dir(out_dir, overwrite) as tmp:
         found, resolved = finetune(cfg, task, tmp, checkpoint_dir(out_dir))

@@ -1,8 +1,11 @@
 """The teacher stage: a fine-tune whose kept weights the selection split chooses."""
 
 import numpy as np
+import pytest
 
+from conftest import NATIVE_BF16
 from edgekd.config import DataConfig, TeacherConfig
+from edgekd.errors import EdgeKDError
 from edgekd.stages.teacher import teacher as run_teacher
 
 
@@ -196,3 +199,82 @@ def test_teacher_step_split_into_passes_trains_the_weights_of_one_pass(
     for key, value in weights["whole"].items():
         # The same sums in another order: float32 rounding apart, nothing more.
         np.testing.assert_allclose(weights["split"][key], value, rtol=0, atol=2e-5, err_msg=key)
+
+
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=NATIVE_BF16)])
+def test_teacher_steps_forward_in_its_precision_and_scores_in_fp32(
+    tmp_path, tiny_data, monkeypatch, precision
+):
+    import torch
+
+    from conftest import build_tiny_bert
+    from edgekd.distill import teacher as module
+
+    # A hook on every Linear layer records (training?, output dtype) of each forward:
+    # the fine-tune's steps run in `precision`, the probe and the scorings (eval mode) in
+    # fp32, and the loss always reads fp32 logits.
+    seen: set[tuple[bool, torch.dtype]] = set()
+    losses: set[torch.dtype] = set()
+    real_build, real_ce = module.build_classifier, torch.nn.functional.cross_entropy
+
+    def hooked(*a, **k):
+        model, tokenizer, pooling = real_build(*a, **k)
+        for layer in model.modules():
+            if isinstance(layer, torch.nn.Linear):
+                layer.register_forward_hook(lambda m, _i, out: seen.add((m.training, out.dtype)))
+        return model, tokenizer, pooling
+
+    def ce(logits, *a, **k):
+        losses.add(logits.dtype)
+        return real_ce(logits, *a, **k)
+
+    monkeypatch.setattr(module, "build_classifier", hooked)
+    monkeypatch.setattr(torch.nn.functional, "cross_entropy", ce)
+    base = build_tiny_bert(tmp_path / "base", classifier=False)
+    cfg = TeacherConfig(
+        base=str(base), data=DataConfig(spec=str(tiny_data)), epochs=1, batch_size=16,
+        max_length=16, precision=precision,
+    )  # fmt: skip
+    run_teacher(cfg, tmp_path / "t")
+    stepped = torch.bfloat16 if precision == "bf16" else torch.float32
+    assert seen == {(True, stepped), (False, torch.float32)}
+    assert losses == {torch.float32}
+    assert f"precision: {precision}" in (tmp_path / "t" / "config.yaml").read_text()
+
+
+@NATIVE_BF16
+def test_teacher_same_seed_gives_identical_teacher_when_bf16(tmp_path, tiny_data):
+    from safetensors.numpy import load_file
+
+    from conftest import build_tiny_bert
+
+    base = build_tiny_bert(tmp_path / "base", classifier=False)
+    weights = {}
+    for name, precision in (("a", "bf16"), ("b", "bf16"), ("c", "fp32")):
+        cfg = TeacherConfig(
+            base=str(base), data=DataConfig(spec=str(tiny_data)), epochs=1, batch_size=16,
+            max_length=16, warm_start="none", precision=precision,
+        )  # fmt: skip
+        run_teacher(cfg, tmp_path / name)
+        weights[name] = load_file(str(tmp_path / name / "model.safetensors"))
+    a, b, c = weights["a"], weights["b"], weights["c"]
+    assert all((a[k] == b[k]).all() for k in a)
+    assert any((a[k] != c[k]).any() for k in a)  # the steps did run in bf16
+    assert all(v.dtype == np.float32 for v in a.values())  # fp32 weights, as fp32 runs'
+
+
+def test_teacher_refuses_bf16_before_reading_data_when_no_native_bf16(
+    tmp_path, tiny_data, monkeypatch
+):
+    from edgekd.distill import trainer
+    from edgekd.stages import teacher as stage
+
+    def no_data(*a, **k):
+        raise AssertionError("the data was read before the refusal")
+
+    monkeypatch.setattr(trainer, "native_bf16", lambda: False)
+    monkeypatch.setattr(stage, "load_task", no_data)
+    cfg = TeacherConfig(data=DataConfig(spec=str(tiny_data)), precision="bf16")
+    with pytest.raises(EdgeKDError, match=r"precision bf16: .*use precision=fp32"):
+        run_teacher(cfg, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
