@@ -2,14 +2,18 @@
 steps a minute, epochs, kept step and the score on the task's evaluation split.
 
 One command: `python benchmarks/teacher_precision.py` (needs ../shared/data; `--tasks
-sst2` runs one, `--budget 15` is the teacher's default). For each task the two arms run
-one after the other, each as its own child process with everything else default (the
-packaged all-MiniLM-L6-v2 base, `--time-budget BUDGET`), fp32 first; the ratio of their
-training rates is read inside one run, since this machine's speed drifts ~10% from day
-to day. Scores as benchmarks/tasks.py's: CLINC150 on its test split, SST-2 and CoLA on
-dev (CoLA as MCC × 100). bf16 runs only where the CPU computes it natively (AVX512-BF16
-or AMX); elsewhere edgekd refuses it, and this script runs the fp32 arm alone.
-A finished arm (its folder's result.json) is not rerun. Writes
+sst2` runs one, `--budget 15` is the teacher's default; about 65 minutes for the
+default two tasks on 2 cores). For each task the two arms run one after the other, each
+as its own child process with everything else default (the packaged all-MiniLM-L6-v2
+base, `--time-budget BUDGET`), fp32 first, so their ratio is read inside one run (this
+machine's speed drifts ~10% from day to day). The rate is steps over the whole stage's
+minutes: loading, the linear probe and the scorings (every `eval_every` steps, so more
+of them in the faster arm) are in it, and it understates the ratio of step times.
+Scores as benchmarks/tasks.py's: CLINC150 on its test split, SST-2 and CoLA on dev
+(CoLA as MCC × 100). bf16 runs only where the CPU computes it natively (AVX512-BF16 or
+AMX); elsewhere edgekd refuses it, and this script runs the fp32 arm alone. A finished
+arm (its folder, named by task, budget and precision, holds result.json) is not rerun:
+delete the folder to measure it again beside a new one. Writes
 benchmarks/results/teacher_precision.{json,md}.
 EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
 """
@@ -35,7 +39,7 @@ def run_arm(task: str, precision: str, budget: float, work: Path) -> dict[str, A
     from edgekd.data import load_task
     from edgekd.distill.teacher import load_predictor
 
-    folder = work / f"{task}-{precision}"
+    folder = work / f"{task}-{budget:g}min-{precision}"
     done = folder / "result.json"
     if done.is_file():
         return dict(json.loads(done.read_text()))

@@ -306,8 +306,9 @@ def load_recipe(path: str | Path, overrides: dict[str, Any] | None = None) -> Re
             raise EdgeKDError(f"variant {variant}: {e}", 2) from None
         checked.export_config(variant)
     if recipe.teacher.path is None:
+        finetune = recipe.teacher_config()  # its own errors name teacher.finetune
         try:
-            check_precision(recipe.teacher_config().precision)
+            check_precision(finetune.precision)
         except EdgeKDError as e:
             raise EdgeKDError(f"teacher.finetune: {e}", 2) from None
     recipe.profile_config(recipe.profile.seq_len)  # runs ≥ trials, ranges: before training

@@ -156,8 +156,9 @@ def test_bad_recipe_fails_before_any_stage(tmp_path, tiny_teacher, tiny_data, ed
     for k, v in edit.items():
         recipe[k] = {**recipe[k], **v} if isinstance(v, dict) and k in recipe else v
     path.write_text(yaml.safe_dump(recipe))
-    with pytest.raises(EdgeKDError, match=match):
+    with pytest.raises(EdgeKDError, match=match) as raised:
         load_recipe(path)
+    assert str(raised.value).count(match.split(":")[0] + ":") <= 1  # named once, not twice
     assert not (tmp_path / "run").exists()
 
 

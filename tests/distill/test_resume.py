@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import FEW_VARIANTS, SMALL_BILSTM, make_rows, write_tsv
+from conftest import FEW_VARIANTS, NATIVE_BF16, SMALL_BILSTM, make_rows, write_tsv
 
 
 def distill_argv(
@@ -144,7 +144,9 @@ def test_a_changed_config_does_not_resume_and_names_the_field(
 
 
 @pytest.mark.slow
-def test_teacher_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, bigger_data):
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=NATIVE_BF16)])
+def test_teacher_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, bigger_data, precision):
+    # On one thread and on two, killed or not: bf16 steps are as thread-exact as fp32's.
     from conftest import build_tiny_bert
 
     base = build_tiny_bert(tmp_path / "base", classifier=False)
@@ -155,6 +157,7 @@ def test_teacher_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, bigger_d
             "--data", str(bigger_data), "--out", str(out), "--epochs", "4",
             "--batch-size", "64", "--max-length", "16", "--max-train", "1500",
             "-s", "time_budget=null",  # a budget's end depends on the speed of each run
+            "-s", f"precision={precision}",
         ]  # fmt: skip
 
     # The uninterrupted run on one core, the others at default threads (`one_core`).
