@@ -277,6 +277,18 @@ def markdown(results: dict[str, Any], teacher_budget: float) -> str:
     return "\n".join(md) + "\n"
 
 
+def task_names(spec: str) -> list[str]:
+    """The tasks a comma-separated `--tasks` names, each known; under smoke, the first
+    whose data is there (a sandbox may hold one)."""
+    names = [n for n in spec.split(",") if n]
+    unknown = [n for n in names if n not in TASKS]
+    if unknown:
+        raise SystemExit(f"unknown task {unknown[0]!r}; valid: {', '.join(TASKS)}")
+    if smoke.SMOKE:
+        names = [n for n in names if (SHARED / n.partition("-")[0]).is_dir()][:1]
+    return names
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", default=",".join(TASKS), help="Comma-separated: " + ", ".join(TASKS))
@@ -284,12 +296,7 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=smoke.runs_dir(REPO / "runs" / "bench-tasks"))
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = p.parse_args()
-    names = [n for n in args.tasks.split(",") if n]
-    unknown = [n for n in names if n not in TASKS]
-    if unknown:
-        raise SystemExit(f"unknown task {unknown[0]!r}; valid: {', '.join(TASKS)}")
-    if smoke.SMOKE:  # one task: the first whose data is there (a sandbox may hold one)
-        names = [n for n in names if (SHARED / n.partition("-")[0]).is_dir()][:1]
+    names = task_names(args.tasks)
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"smoke": smoke.SMOKE, "teacher_budget_min": args.teacher_budget}
     # Tasks not run now keep their earlier rows, each naming the revision it measured.

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import smoke  # benchmarks/ is on the path of its own scripts
-from tasks import SHARED, TASKS, measure, revision, score, task_data
+from tasks import TASKS, measure, revision, score, task_data, task_names
 
 REPO = Path(__file__).resolve().parents[1]
 PRECISIONS = ("fp32", "bf16")
@@ -120,12 +120,7 @@ def main() -> None:
     )
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = p.parse_args()
-    names = [n for n in args.tasks.split(",") if n]
-    unknown = [n for n in names if n not in TASKS]
-    if unknown:
-        raise SystemExit(f"unknown task {unknown[0]!r}; valid: {', '.join(TASKS)}")
-    if smoke.SMOKE:  # one task: the first whose data is there (a sandbox may hold one)
-        names = [n for n in names if (SHARED / n.partition("-")[0]).is_dir()][:1]
+    names = task_names(args.tasks)
     precisions = [p for p in PRECISIONS if p == "fp32" or native_bf16()]
     if len(precisions) < len(PRECISIONS):
         print("no native bf16 on this machine: the fp32 arm alone", file=sys.stderr)
