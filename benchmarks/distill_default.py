@@ -679,12 +679,15 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
     from edgekd.stages.report import FRONT_COLOUR, OTHER_COLOUR
 
     series: dict[tuple[str, str], list[tuple[float, float, float, str]]] = {}
+    most = max((len(row.get("runs", [])) for row in sweep.values()), default=0)
     for key, row in sweep.items():
         task, load, budget = key.split(" | ")
         minutes = float(budget.removesuffix(" min"))
         # Each point names its revision and CPU: rows measured at other revisions, on
         # other machines, stay, and a budget buys less on a slower CPU.
         where = f"{row['revision'][:7]}, {cpus(row.get('runs', []), vendor=True)}"
+        if (n := len(row.get("runs", []))) < most:  # a point still short of its seeds
+            where += f", {n} seed{'s' if n > 1 else ''}"
         point = (minutes, row["median"]["accuracy"], row["teacher"]["accuracy"], where)
         series.setdefault((task, load), []).append(point)
     tasks = sorted({task for task, _ in series})
