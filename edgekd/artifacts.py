@@ -279,7 +279,7 @@ class TaskShape(Nested):
     median_per_class: float
     selection_rows: int  # held out of training to pick the epoch
     variants_per_text: int  # `augment.n_iter`, resolved
-    candidates_at_most: int  # rows × variants, before deduplication
+    candidates_at_most: int  # texts varied × variants, before deduplication
 
     @classmethod
     def of(
@@ -289,10 +289,13 @@ class TaskShape(Nested):
         selection_rows: int,
         augment: AugmentConfig,
         minutes: float | None = None,
+        varied: int | None = None,
     ) -> TaskShape:
-        """`minutes`: the run's time budget (None: none), which sizes `n_iter: auto`."""
+        """`minutes`: the run's time budget (None: none), and `varied`: the texts
+        augmentation varies (None: all), which size `n_iter: auto`."""
         counts = sorted(Counter(labels).get(k, 0) for k in range(num_labels)) or [0]
-        per_text = augment.variants_per_text(len(labels), minutes)
+        varied = len(labels) if varied is None else varied
+        per_text = augment.variants_per_text(len(labels), minutes, varied)
         return cls(
             rows=len(labels),
             labels=num_labels,
@@ -300,7 +303,7 @@ class TaskShape(Nested):
             median_per_class=float(statistics.median(counts)),
             selection_rows=selection_rows,
             variants_per_text=per_text,
-            candidates_at_most=len(labels) * per_text,
+            candidates_at_most=varied * per_text,
         )
 
     def describe(self) -> str:

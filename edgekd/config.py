@@ -245,8 +245,9 @@ class Schedule(StrictModel):
 #   SST-2 (61k rows), 20 → 40: dev 0.8716 → 0.8784 (median; 14 → 9 epochs);
 #   CLINC150 at 10 rows per class (1,348), 112 → 200: test 0.8653 → 0.8680, every seed up;
 #   CoLA (8,041), 20 → 40: MCC 21.8 → 20.5 (median; the mean rose 20.8 → 21.4).
-# Two tasks of three gain on the median: the bar a default clears (issue 31). Tasks of
-# ≥ 7,500 rows keep 40 (SST-2, CoLA, CLINC150 whole: budgets label a prefix of those).
+# Two tasks of three gain on the median: the bar a default clears (issue 31). Without a
+# budget, tasks of ≥ 7,500 rows keep 40 (SST-2, CoLA, CLINC150 whole); under one, the
+# pool below is larger.
 AUTO_VARIANT_ROWS = 300_000
 AUTO_MAX_VARIANTS = 200
 AUTO_MIN_VARIANTS = 40  # 2 × Tang et al.'s 20
@@ -258,6 +259,19 @@ AUTO_MIN_VARIANTS = 40  # 2 × Tang et al.'s 20
 # 12.6 and 3.8), SST-2's dev score was level from epoch 4 and its bundle 7 dev rows
 # under the 93 variants' (seed 0, benchmarks/NOTES.md).
 DEFAULT_BUDGET_MINUTES = 13.0
+# Under a time budget `auto` draws a pool, and the plan labels the seeded prefix of it
+# that leaves `MIN_EPOCHS` (3) epochs over the labelled rows: drawn rows past what the
+# CPU labels cost only their drawing. Sized by minutes alone, at the rates of one CPU,
+# SST-2's 93 variants per sentence at 30 minutes ran out on a CPU 1.6× as fast, which
+# then spent its minutes on 10 epochs over 499k rows, where 200 variants (1.03M rows,
+# 3-4 epochs) scored 0.8842 → 0.8876 on the 3-seed median, and at 13 minutes 0.8784 →
+# 0.8842; CoLA at 13 minutes, 40 → 130 variants (this rule's), MCC median 20.85 → 23.81
+# (benchmarks/NOTES.md). So the pool holds up to this many rows per budget minute:
+# ~1.2× what the fastest CPU measured labels and still trains 3 epochs on (2,222
+# labelling and 6,427 training rows/s: 60 / (1 / 2,222 + 3 / 6,427) = 65,400 rows a
+# minute). Rows are counted before deduplication, which drops a fifth of SST-2's
+# variants (1,277,000 → 1,028,510) and 43% of CoLA's (1,035,190 → 588,497).
+AUTO_POOL_ROWS_PER_MINUTE = 80_000
 # `augment.methods: auto`: Tang et al.'s rules, and on a small task TinyBERT's neighbour
 # words ahead of them. A small task is one that `n_iter: auto` gives more than its 40
 # variants per text: fewer than 300,000 / 40 = 7,500 training texts. Its test texts hold
@@ -291,8 +305,9 @@ class AugmentConfig(StrictModel):
         description="Augmented variants drawn per training text (Tang: 20); auto: "
         f"{AUTO_MIN_VARIANTS}, or "
         f"enough for ~{AUTO_VARIANT_ROWS:,} candidate rows on a small task (at most "
-        f"{AUTO_MAX_VARIANTS} per text); both × budget / {DEFAULT_BUDGET_MINUTES:g} minutes "
-        "past the default budget. A time budget labels what it affords of them.",
+        f"{AUTO_MAX_VARIANTS} per text), both × budget / {DEFAULT_BUDGET_MINUTES:g} minutes "
+        f"past the default budget; under a time budget, up to {AUTO_POOL_ROWS_PER_MINUTE:,} "
+        "rows per minute of it, of which the run labels what it affords.",
     )
     max_rows: int | None = Field(
         # 0 is what a time budget too short to label any augmented row resolves to.
@@ -350,25 +365,39 @@ class AugmentConfig(StrictModel):
             why = f"a small task, {n_texts:,} training texts < {SMALL_TASK_TEXTS:,}"
         return f"augment: {names} (auto: {why})"
 
-    def resolved(self, n_texts: int, minutes: float | None, wordpiece: bool) -> AugmentConfig:
+    def resolved(
+        self, n_texts: int, minutes: float | None, wordpiece: bool, varied: int | None = None
+    ) -> AugmentConfig:
         """This config with every auto made a value for the task (`n_texts` training
-        texts, a budget of `minutes`, a WordPiece teacher or not): what a run records."""
+        texts, `varied` of them varied, a budget of `minutes`, a WordPiece teacher or
+        not): what a run records."""
         return self.model_copy(
             update={
-                "n_iter": self.variants_per_text(n_texts, minutes),
+                "n_iter": self.variants_per_text(n_texts, minutes, varied),
                 "methods": self.methods_for(n_texts, wordpiece),
             }
         )
 
-    def variants_per_text(self, n_texts: int, minutes: float | None = None) -> int:
-        """`n_iter`, or what auto means for `n_texts` training texts under a budget of
-        `minutes` (None: no budget, sized as the default's): at 30 minutes, 2.31× the
-        default's rows (SST-2: ⌈40 × 30 / 13⌉ = 93 variants per text)."""
+    def variants_per_text(
+        self, n_texts: int, minutes: float | None = None, varied: int | None = None
+    ) -> int:
+        """`n_iter`, or what auto means for `n_texts` training texts, `varied` of them
+        varied (`sources`; None: all), under a budget of `minutes` (None: no budget, sized
+        as the default's, every row labelled: 40 per SST-2 text). Under a budget, at least
+        that scaled by minutes past the default's (⌈40 × 30 / 13⌉ = 93 at 30), or the pool
+        the plan labels a prefix of: SST-2's 6,385 sentences at 13 minutes, ⌊80,000 × 13 /
+        6,385⌋ = 162 variants each."""
         if isinstance(self.n_iter, int):
             return self.n_iter
         scale = max(1.0, (minutes or 0.0) / DEFAULT_BUDGET_MINUTES)
         wanted = math.ceil(AUTO_VARIANT_ROWS * scale / max(n_texts, 1))
-        return min(AUTO_MAX_VARIANTS, max(math.ceil(AUTO_MIN_VARIANTS * scale), wanted))
+        sized = min(AUTO_MAX_VARIANTS, max(math.ceil(AUTO_MIN_VARIANTS * scale), wanted))
+        if minutes is None:
+            return sized
+        pool = int(AUTO_POOL_ROWS_PER_MINUTE * minutes) // max(
+            n_texts if varied is None else varied, 1
+        )
+        return min(AUTO_MAX_VARIANTS, max(sized, pool))
 
     @field_validator("methods")
     @classmethod

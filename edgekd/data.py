@@ -169,6 +169,13 @@ def maximal_rows(texts: Sequence[Text]) -> list[int]:
     return _maximal([_words(t) for t in texts])
 
 
+def varied_rows(texts: Sequence[Text], sources: str) -> list[int]:
+    """Indices of the training texts augmentation varies (`augment.sources`): with
+    `maximal`, those no other text contains (a phrase dataset's whole sentences, whose
+    parts it already holds; every distinct text otherwise), else all."""
+    return maximal_rows(texts) if sources == "maximal" else list(range(len(texts)))
+
+
 def _maximal(words: list[tuple[str, ...]]) -> list[int]:
     from edgekd.overlap import contained
 

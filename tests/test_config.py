@@ -299,17 +299,35 @@ def test_auto_variants_per_text_fill_the_candidate_rows_within_40_to_200(rows, e
     ("rows", "minutes", "expected"),
     [
         (67_349, None, 40),  # no budget: sized as the default's
-        (67_349, 5.0, 40),  # a smaller budget labels a prefix of the default's
-        (67_349, 13.0, 40),
-        (67_349, 30.0, 93),  # ⌈40 × 30 / 13⌉ = ⌈92.3⌉
-        (67_349, 60.0, 185),  # ⌈184.6⌉
-        (7_500, 26.0, 80),  # 2 × 300,000 / 7,500 = 80 = 2 × 40
+        (67_349, 5.0, 40),  # the pool, 400,000 // 67,349 = 5, is under the default's 40
+        (67_349, 13.0, 40),  # 1,040,000 // 67,349 = 15
+        (67_349, 30.0, 93),  # ⌈40 × 30 / 13⌉ = ⌈92.3⌉, over 2,400,000 // 67,349 = 35
+        (67_349, 60.0, 185),  # ⌈184.6⌉, over 71
         (1_350, 26.0, 200),  # ⌈2 × 222.2⌉ = 445: the cap holds
-        (6_000, 26.0, 100),  # 600,000 / 6,000, over 2 × 40
     ],
 )
 def test_auto_variants_per_text_scale_with_the_budget_past_the_default(rows, minutes, expected):
     assert AugmentConfig().variants_per_text(rows, minutes) == expected
+
+
+@pytest.mark.parametrize(
+    ("rows", "minutes", "varied", "expected"),
+    [
+        (61_591, 13.0, 6_500, 160),  # SST-2-like: 1,040,000 // 6,500 sentences varied
+        (61_591, 30.0, 6_500, 200),  # 369: the cap holds
+        (61_591, 5.0, 6_500, 61),  # 400,000 // 6,500
+        (61_591, None, 6_500, 40),  # no budget labels every row: no pool to draw
+        (8_041, 13.0, 8_041, 129),  # CoLA-like, every text varied: 129.3
+        (14_442, 13.0, 14_442, 72),  # CLINC150-like: 72.01
+        (7_500, 26.0, 7_500, 200),  # 277, over the scale's 2 × 300,000 / 7,500 = 80
+        (6_000, 26.0, 6_000, 200),  # 346, over 600,000 / 6,000 = 100
+        (100_000, 13.0, 100_000, 40),  # 10: the default's 40 holds
+    ],
+)
+def test_auto_variants_per_text_fill_a_pool_of_80000_rows_a_budget_minute(
+    rows, minutes, varied, expected
+):
+    assert AugmentConfig().variants_per_text(rows, minutes, varied) == expected
 
 
 def test_set_variants_per_text_ignore_the_budget():

@@ -268,6 +268,14 @@ def test_maximal_rows_are_those_no_other_row_contains():
     assert maximal_rows(texts) == [0, 3, 6]
 
 
+def test_varied_rows_are_the_maximal_ones_or_all_by_sources():
+    from edgekd.data import varied_rows
+
+    texts = ["a good movie", "good movie", "meh"]
+    assert varied_rows(texts, "maximal") == [0, 2]
+    assert varied_rows(texts, "all") == [0, 1, 2]
+
+
 def test_carve_selection_holds_out_whole_sentences_and_drops_their_phrases():
     from edgekd.data import Split, carve_selection
 
@@ -511,9 +519,13 @@ def test_task_shape_counts_rows_per_label_and_resolves_auto_variants():
     assert (shape.variants_per_text, shape.candidates_at_most) == (200, 4_600)
     # A 26-minute budget doubles the candidates: ⌈600,000 / 23⌉ still meets the cap.
     assert TaskShape.of(labels, 4, 3, AugmentConfig(), minutes=26.0).variants_per_text == 200
-    big = [0, 1] * 5_000  # 10,000 rows: 40 by default, ⌈40 × 26 / 13⌉ = 80 at 26 minutes
+    big = [0, 1] * 50_000  # 100,000 rows: 40 by default, ⌈40 × 26 / 13⌉ = 80 at 26 minutes
     assert TaskShape.of(big, 2, 3, AugmentConfig()).variants_per_text == 40
     assert TaskShape.of(big, 2, 3, AugmentConfig(), minutes=26.0).variants_per_text == 80
+    # 5,000 of them varied (a phrase dataset's sentences): a pool of 80,000 rows a
+    # minute, 2,080,000 // 5,000 = 416 per sentence, capped at 200; at most 5,000 × 200.
+    pooled = TaskShape.of(big, 2, 3, AugmentConfig(), minutes=26.0, varied=5_000)
+    assert (pooled.variants_per_text, pooled.candidates_at_most) == (200, 1_000_000)
     fixed = TaskShape.of(labels, 4, 3, AugmentConfig(n_iter=5))
     assert fixed.variants_per_text == 5
     assert fixed.describe() == (

@@ -127,7 +127,11 @@ def augment_code() -> str:
 
 
 def augmented_texts(
-    cfg: DistillConfig, train_texts: list[Any], tokenizer: Any, teacher: Any = None
+    cfg: DistillConfig,
+    train_texts: list[Any],
+    tokenizer: Any,
+    teacher: Any = None,
+    picked: list[int] | None = None,
 ) -> tuple[TextColumn, np.ndarray]:
     """Every candidate extra row (deduplicated variants of the training texts) in a
     seeded order and, per row, the index of the training text it came from (int32).
@@ -136,7 +140,10 @@ def augmented_texts(
     The rows are an Arrow file in the cache, memory-mapped (`transfer.py`): they are
     generated once per (training texts, augmentation) and streamed to disk as they are
     made, so a large augmentation costs disk, not memory. `teacher` (the model) is read
-    only by an augmenter that reads its vocabulary (`TeacherVocab`: `neighbour`)."""
+    only by an augmenter that reads its vocabulary (`TeacherVocab`: `neighbour`).
+    `picked`: the texts varied, `varied_rows` of them, where the caller has them (2 s
+    on SST-2's 67k rows)."""
+    from edgekd.data import varied_rows
     from edgekd.distill.augment import (
         TeacherVocab,
         build_augmenter,
@@ -147,10 +154,14 @@ def augmented_texts(
     )
     from edgekd.students.tokenizer import is_wordpiece
 
-    # Keyed by the augmentation resolved: `n_iter: auto` means more under a larger
-    # budget, and `methods: auto` more methods on a small task (as `distill` records).
+    # A phrase dataset already holds the parts of its sentences (n-gram variants, in
+    # effect): varying the parts again adds little, varying the sentences adds new rows.
+    if picked is None:
+        picked = varied_rows(train_texts, cfg.augment.sources)
+    # Keyed by the augmentation resolved: `n_iter: auto` means more under a budget, and
+    # `methods: auto` more methods on a small task (as `distill` records).
     wordpiece = teacher is not None and is_wordpiece(tokenizer)
-    resolved = cfg.augment.resolved(len(train_texts), cfg.time_budget, wordpiece)
+    resolved = cfg.augment.resolved(len(train_texts), cfg.time_budget, wordpiece, len(picked))
     per_text = int(resolved.n_iter)
     if not methods_of_stage(resolved.listed, "text"):
         return TextColumn.empty(), np.zeros(0, np.int32)
@@ -166,14 +177,6 @@ def augmented_texts(
     rows = TextColumn.read(path)  # None: not there yet, or damaged (it is only a cache)
     if rows is None:
         augmenter = build_augmenter(resolved, train_texts, mask, vocab)
-        # A phrase dataset already holds the parts of its sentences (n-gram variants, in
-        # effect): varying the parts again adds little, varying the sentences adds new rows.
-        if cfg.augment.sources == "maximal":
-            from edgekd.data import maximal_rows
-
-            picked = maximal_rows(train_texts)
-        else:
-            picked = list(range(len(train_texts)))
         made = path.with_name(f".{path.stem}.made-{os.getpid()}.arrow")
         pairs = bool(train_texts) and not isinstance(train_texts[0], str)
         try:

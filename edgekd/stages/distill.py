@@ -29,7 +29,7 @@ from edgekd.config import (
     teacher_positions,
     validate,
 )
-from edgekd.data import Split, Text, align_labels, carve_selection, load_task
+from edgekd.data import Split, Text, align_labels, carve_selection, load_task, varied_rows
 from edgekd.distill import checkpoint as ckpt
 from edgekd.distill.active import scout_order
 from edgekd.distill.checkpoint import checkpoint_dir, discard_checkpoint
@@ -186,10 +186,13 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     # The rows that choose the epoch: held out of training, so dev chooses nothing.
     train, select, overlap = carve_selection(task.train, cfg.selection_rows, cfg.seed)
     # Variants per text (`n_iter: auto`) and methods (`methods: auto`) from the rows there
-    # are and the teacher's vocabulary, recorded as what ran.
-    shape = TaskShape.of(train.labels, task.num_labels, len(select), cfg.augment, cfg.time_budget)
+    # are, those varied, and the teacher's vocabulary, recorded as what ran.
+    picked = varied_rows(train.texts, cfg.augment.sources)
+    shape = TaskShape.of(
+        train.labels, task.num_labels, len(select), cfg.augment, cfg.time_budget, len(picked)
+    )
     wordpiece = is_wordpiece(teacher_tok)
-    augment = cfg.augment.resolved(len(train), cfg.time_budget, wordpiece)
+    augment = cfg.augment.resolved(len(train), cfg.time_budget, wordpiece, len(picked))
     console.print(f"data: {shape.describe()}")
     if cfg.augment.methods == "auto":
         console.print(cfg.augment.describe_auto(len(train), wordpiece))
@@ -215,7 +218,7 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
         console.print(f"yardstick: TF-IDF + LR dev accuracy {tfidf.accuracy:.4f}")
     t = time.perf_counter()
     extra: TextColumn | TakenColumn
-    extra, sources = augmented_texts(cfg, train.texts, teacher_tok, teacher)
+    extra, sources = augmented_texts(cfg, train.texts, teacher_tok, teacher, picked)
     seconds["augment"] = time.perf_counter() - t
 
     # The student's vocabulary comes from every candidate row, kept or not, so a cap on

@@ -128,12 +128,13 @@ def training_rows(task: Any) -> tuple[Any, TaskShape]:
     """`task` with the training rows distillation builds a vocabulary from: training
     minus the selection rows it holds out (its defaults), so a candidate's embedding
     table has the trained student's rows; and what a default run sizes from them."""
-    from edgekd.data import carve_selection
+    from edgekd.data import carve_selection, varied_rows
 
     defaults = DistillConfig(teacher="-")
     train, select, _ = carve_selection(task.train, defaults.selection_rows, defaults.seed)
+    varied = len(varied_rows(train.texts, defaults.augment.sources))
     shape = TaskShape.of(
-        train.labels, task.num_labels, len(select), defaults.augment, defaults.time_budget
+        train.labels, task.num_labels, len(select), defaults.augment, defaults.time_budget, varied
     )
     return replace(task, train=train), shape
 

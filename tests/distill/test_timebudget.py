@@ -504,11 +504,13 @@ def test_run_distill_sizes_auto_variants_from_its_budget(
 ):
     # Sizes shrunk so that ~140 training rows sit below the cap: 2 variants per text for
     # the default budget, ⌈2 × 26 / 13⌉ = 4 for a 26-minute one, recorded as a number.
+    # No pool (0 rows a minute): the scale alone.
     import edgekd.config as config
     from edgekd.stages.distill import distill as run_distill
 
     monkeypatch.setattr(config, "AUTO_MIN_VARIANTS", 2)
     monkeypatch.setattr(config, "AUTO_VARIANT_ROWS", 1)
+    monkeypatch.setattr(config, "AUTO_POOL_ROWS_PER_MINUTE", 0)
     aug = AugmentConfig(methods=["mask"])
     for minutes, folder, expected in ((13.0, "a", 2), (26.0, "b", 4)):
         cfg = _run(tiny_teacher, tiny_data, time_budget=minutes, epochs=1, augment=aug)
@@ -516,6 +518,30 @@ def test_run_distill_sizes_auto_variants_from_its_budget(
         resolved = yaml.safe_load((tmp_path / folder / "config.yaml").read_text())
         assert m.task_shape is not None and m.task_shape.variants_per_text == expected
         assert resolved["augment"]["n_iter"] == expected
+
+
+def test_run_distill_sizes_the_auto_pool_by_the_texts_it_varies(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    # A pool of 50 rows a budget minute: 650 rows at 13 minutes, shared by the texts
+    # varied (the maximal ones, counted by the run), over the shrunk default's 2.
+    import edgekd.config as config
+    from edgekd.data import carve_selection, load_task, varied_rows
+    from edgekd.stages.distill import distill as run_distill
+
+    monkeypatch.setattr(config, "AUTO_MIN_VARIANTS", 2)
+    monkeypatch.setattr(config, "AUTO_VARIANT_ROWS", 1)
+    monkeypatch.setattr(config, "AUTO_POOL_ROWS_PER_MINUTE", 50)
+    aug = AugmentConfig(methods=["mask"])
+    cfg = _run(tiny_teacher, tiny_data, time_budget=13.0, epochs=1, augment=aug)
+    m = run_distill(cfg, tmp_path / "a")
+    train, _, _ = carve_selection(load_task(cfg.data).train, cfg.selection_rows, cfg.seed)
+    varied = len(varied_rows(train.texts, "maximal"))
+    assert 2 < 650 // varied < 200  # the pool decides, under the cap
+    assert m.task_shape is not None and m.task_shape.variants_per_text == 650 // varied
+    assert m.task_shape.candidates_at_most == varied * (650 // varied)
+    resolved = yaml.safe_load((tmp_path / "a" / "config.yaml").read_text())
+    assert resolved["augment"]["n_iter"] == 650 // varied
 
 
 def test_plateaued_when_the_loss_fell_under_3_percent_over_patience_epochs():

@@ -9,7 +9,8 @@ import yaml
 from conftest import FEW_VARIANTS
 from edgekd.artifacts import PlanResult
 from edgekd.budget import Budget
-from edgekd.config import DEFAULT_GRID, DataConfig, ExportConfig, PlanConfig
+from edgekd.config import DEFAULT_GRID, DataConfig, DistillConfig, ExportConfig, PlanConfig
+from edgekd.data import carve_selection, load_task, varied_rows
 from edgekd.errors import EdgeKDError
 from edgekd.stages.plan import candidate_name, plan
 
@@ -66,11 +67,17 @@ def test_plan_keeps_the_candidates_that_fit_and_ranks_them(tiny_teacher, tiny_da
     assert small.bundle_bytes > small.bytes and small.p90_ms and small.peak_rss_mb
     assert result.top(3) == [small] and result.limits == {"max_bytes": MAX_BYTES}
     # What a default distill run would size from the data: 160 rows less 16 held out
-    # (and their repeats), two labels, ⌈300,000 / ≤ 144⌉ → the cap of 200 per text.
+    # (and their repeats), two labels, ⌈300,000 / ≤ 144⌉ → the cap of 200 per text, for
+    # each text varied: those no other row contains.
     shape = result.task_shape
     assert shape is not None and (shape.labels, shape.selection_rows) == (2, 16)
     assert 130 <= shape.rows <= 144 and shape.variants_per_text == 200
-    assert shape.candidates_at_most == shape.rows * 200
+    d = DistillConfig(teacher="-")
+    train, _, _ = carve_selection(
+        load_task(DataConfig(spec=str(tiny_data))).train, d.selection_rows, d.seed
+    )
+    assert len(train) == shape.rows
+    assert shape.candidates_at_most == len(varied_rows(train.texts, "maximal")) * 200
     assert shape.min_per_class <= shape.median_per_class <= 144
 
 
