@@ -499,18 +499,25 @@ def test_run_distill_resolves_unset_epochs_and_auto_variants_to_numbers(
     assert m.task_shape is not None and m.task_shape.rows == m.n_train
 
 
+def _shrink_auto(monkeypatch, pool_rows_per_minute: int) -> None:
+    """`n_iter: auto` sized for ~140 tiny rows: at least 2 variants per text, no
+    300,000-row fill (1 row), and a pool of `pool_rows_per_minute` under a budget."""
+    import edgekd.config as config
+
+    monkeypatch.setattr(config, "AUTO_MIN_VARIANTS", 2)
+    monkeypatch.setattr(config, "AUTO_VARIANT_ROWS", 1)
+    monkeypatch.setattr(config, "AUTO_POOL_ROWS_PER_MINUTE", pool_rows_per_minute)
+
+
 def test_run_distill_sizes_auto_variants_from_its_budget(
     tiny_teacher, tiny_data, tmp_path, monkeypatch
 ):
     # Sizes shrunk so that ~140 training rows sit below the cap: 2 variants per text for
     # the default budget, ⌈2 × 26 / 13⌉ = 4 for a 26-minute one, recorded as a number.
     # No pool (0 rows a minute): the scale alone.
-    import edgekd.config as config
     from edgekd.stages.distill import distill as run_distill
 
-    monkeypatch.setattr(config, "AUTO_MIN_VARIANTS", 2)
-    monkeypatch.setattr(config, "AUTO_VARIANT_ROWS", 1)
-    monkeypatch.setattr(config, "AUTO_POOL_ROWS_PER_MINUTE", 0)
+    _shrink_auto(monkeypatch, 0)
     aug = AugmentConfig(methods=["mask"])
     for minutes, folder, expected in ((13.0, "a", 2), (26.0, "b", 4)):
         cfg = _run(tiny_teacher, tiny_data, time_budget=minutes, epochs=1, augment=aug)
@@ -525,13 +532,10 @@ def test_run_distill_sizes_the_auto_pool_by_the_texts_it_varies(
 ):
     # A pool of 50 rows a budget minute: 650 rows at 13 minutes, shared by the texts
     # varied (the maximal ones, counted by the run), over the shrunk default's 2.
-    import edgekd.config as config
     from edgekd.data import carve_selection, load_task, varied_rows
     from edgekd.stages.distill import distill as run_distill
 
-    monkeypatch.setattr(config, "AUTO_MIN_VARIANTS", 2)
-    monkeypatch.setattr(config, "AUTO_VARIANT_ROWS", 1)
-    monkeypatch.setattr(config, "AUTO_POOL_ROWS_PER_MINUTE", 50)
+    _shrink_auto(monkeypatch, 50)
     aug = AugmentConfig(methods=["mask"])
     cfg = _run(tiny_teacher, tiny_data, time_budget=13.0, epochs=1, augment=aug)
     m = run_distill(cfg, tmp_path / "a")
