@@ -13,10 +13,12 @@ field changed and starts over. The folder is removed once the output is written.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -136,6 +138,15 @@ def _load_optimizer(
     for key, value in meta["plain"].items():
         idx, name = key.split(".", 1)
         slots.setdefault(int(idx), {})[name] = value
+    # torch checks the groups' sizes but not the moments' shapes, which a crafted file
+    # may get wrong: the first step would fail, epochs into the run.
+    params = [p for group in optim.param_groups for p in group["params"]]
+    for i, slot in slots.items():
+        if not 0 <= i < len(params):
+            raise ValueError(f"optimiser state for parameter {i} of {len(params)}")
+        for name, value in slot.items():
+            if isinstance(value, torch.Tensor) and value.ndim and value.shape != params[i].shape:
+                raise ValueError(f"optimiser {name} of parameter {i}: shape {tuple(value.shape)}")
     optim.load_state_dict({"state": slots, "param_groups": meta["param_groups"]})
 
 
@@ -212,8 +223,11 @@ def load(
     generators: dict[str, np.random.Generator],
     scheduler: Any = None,
     torch_generators: dict[str, torch.Generator] | None = None,
+    check: Callable[[Resume], None] | None = None,
 ) -> Resume:
-    """Restore the state in `folder` when it matches `match`; else a fresh `Resume`."""
+    """Restore the state in `folder` when it matches `match`; else a fresh `Resume`,
+    the model and the rest as they were. `check`: the resuming loop's own test of the
+    state (raises ValueError), made before anything is set."""
     from safetensors.torch import load_file
 
     if owned_files(folder) is None or not (folder / STATE_JSON).is_file():
@@ -233,9 +247,75 @@ def load(
         )
         return Resume()
 
+    # A file that matches the run but not its shapes or types (crafted, or written by
+    # another edgekd) is not resumed: everything it would set is put back as it was
+    # (a failed `load_state_dict` may have copied some tensors before it raised).
+    before = _snapshot(model, optim, extra_modules, generators, scheduler, torch_generators)
+    try:
+        resume = _restore(
+            meta, tensors, model, optim, extra_modules, generators, scheduler, torch_generators,
+            check,
+        )  # fmt: skip
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as e:
+        _put_back(before, model, optim, extra_modules, generators, scheduler, torch_generators)
+        console.print(
+            f"not resuming: the checkpoint in {folder} does not fit this run "
+            f"({type(e).__name__}); starting over"
+        )
+        return Resume()
+    if resume.final is None:
+        console.print(f"resuming from epoch {resume.epoch + 1} (checkpoint {shown(folder)})")
+    else:
+        console.print(f"resuming after epoch {resume.epoch}, where training ended ({resume.final})")
+    return resume
+
+
+def _restore(
+    meta: Any,
+    tensors: dict[str, torch.Tensor],
+    model: torch.nn.Module,
+    optim: torch.optim.Optimizer,
+    extra_modules: dict[str, torch.nn.Module],
+    generators: dict[str, np.random.Generator],
+    scheduler: Any,
+    torch_generators: dict[str, torch.Generator] | None,
+    check: Callable[[Resume], None] | None,
+) -> Resume:
+    """Set every piece from a checkpoint whose fingerprint matched; raises on a piece
+    that does not fit (`load` then puts the pieces back). `check(resume)` raises
+    ValueError where the loop that resumes would find the state inconsistent."""
+
     def part(prefix: str) -> dict[str, torch.Tensor]:
         return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
 
+    best = part("best.")
+    # The best weights are loaded only when training ends: checked now, not hours later.
+    if best:
+        _check_like(best, model.state_dict(), "best weights")
+    history = meta["history"]
+    if not isinstance(history, list) or not all(map(_plain_record, history)):
+        raise TypeError("history is not a list of records of numbers")
+    epoch, best_epoch = meta["epoch"], meta["best_epoch"]
+    for count in (epoch, best_epoch):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"epoch {count!r}")
+    best_acc = _seconds(meta["best_acc"])  # any finite number
+    if best_acc is None:
+        raise ValueError(f"best accuracy {meta['best_acc']!r}")
+    final = meta.get("final")
+    resume = Resume(
+        epoch=epoch,
+        best_acc=best_acc,
+        best_epoch=best_epoch,
+        best_state=best or None,
+        history=history,
+        final=str(final)[:20] if final is not None else None,
+        budget_left_s=_seconds(meta.get("budget_left_s")),
+        last=_count(meta.get("last")),
+        part_steps=_count(meta.get("part_steps")),
+    )
+    if check is not None:
+        check(resume)
     model.load_state_dict(part("model."))
     for name, module in extra_modules.items():
         module.load_state_dict(part(f"{name}."))
@@ -251,24 +331,96 @@ def load(
     np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
     for name, g in generators.items():
         g.bit_generator.state = meta["rng"][name]
-    best = part("best.")
-    final = meta.get("final")
-    final = str(final)[:20] if final is not None else None
-    if final is None:
-        console.print(f"resuming from epoch {meta['epoch'] + 1} (checkpoint {shown(folder)})")
-    else:
-        console.print(f"resuming after epoch {meta['epoch']}, where training ended ({final})")
-    return Resume(
-        epoch=int(meta["epoch"]),
-        best_acc=float(meta["best_acc"]),
-        best_epoch=int(meta["best_epoch"]),
-        best_state=best or None,
-        history=list(meta["history"]),
-        final=final,
-        budget_left_s=_seconds(meta.get("budget_left_s")),
-        last=_count(meta.get("last")),
-        part_steps=_count(meta.get("part_steps")),
+    return resume
+
+
+# The history's step-count pairs: a student's cool-down, a teacher's decay; the loops
+# unpack them in two.
+PAIR_FIELDS = frozenset({"cooldown", "decay"})
+
+
+def _plain_record(record: Any) -> bool:
+    """Whether `record` is one history entry as `save` writes them: names to None, a
+    finite number or a short string, and each of `PAIR_FIELDS` to a pair of step
+    counts (or Nones)."""
+
+    def pair(v: Any) -> bool:
+        return (
+            isinstance(v, list)
+            and len(v) == 2
+            and all(x is None or (isinstance(x, int) and not isinstance(x, bool)) for x in v)
+        )
+
+    def scalar(v: Any) -> bool:
+        if v is None or isinstance(v, bool):
+            return True
+        if isinstance(v, (int, float)):
+            return _seconds(v) is not None
+        return isinstance(v, str) and len(v) <= 200
+
+    if not isinstance(record, dict):
+        return False
+    return all(
+        isinstance(k, str) and (pair(v) if k in PAIR_FIELDS else scalar(v))
+        for k, v in record.items()
     )
+
+
+def _check_like(
+    state: dict[str, torch.Tensor], reference: dict[str, torch.Tensor], what: str
+) -> None:
+    """Raise unless `state` has `reference`'s names and shapes."""
+    if set(state) != set(reference):
+        raise ValueError(f"{what}: other tensor names")
+    for k, v in state.items():
+        if v.shape != reference[k].shape:
+            raise ValueError(f"{what}: {k} has shape {tuple(v.shape)}")
+
+
+def _snapshot(
+    model: torch.nn.Module,
+    optim: torch.optim.Optimizer,
+    extra_modules: dict[str, torch.nn.Module],
+    generators: dict[str, np.random.Generator],
+    scheduler: Any,
+    torch_generators: dict[str, torch.Generator] | None,
+) -> dict[str, Any]:
+    """Copies of everything `_restore` sets, for `_put_back`."""
+    return {
+        "model": copy.deepcopy(model.state_dict()),
+        "modules": {n: copy.deepcopy(m.state_dict()) for n, m in extra_modules.items()},
+        "optim": copy.deepcopy(optim.state_dict()),
+        "scheduler": copy.deepcopy(scheduler.state_dict()) if scheduler is not None else None,
+        "torch": torch.get_rng_state(),
+        "torch_generators": {n: g.get_state() for n, g in (torch_generators or {}).items()},
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "generators": {n: copy.deepcopy(g.bit_generator.state) for n, g in generators.items()},
+    }
+
+
+def _put_back(
+    saved: dict[str, Any],
+    model: torch.nn.Module,
+    optim: torch.optim.Optimizer,
+    extra_modules: dict[str, torch.nn.Module],
+    generators: dict[str, np.random.Generator],
+    scheduler: Any,
+    torch_generators: dict[str, torch.Generator] | None,
+) -> None:
+    model.load_state_dict(saved["model"])
+    for name, module in extra_modules.items():
+        module.load_state_dict(saved["modules"][name])
+    optim.load_state_dict(saved["optim"])
+    if scheduler is not None:
+        scheduler.load_state_dict(saved["scheduler"])
+    torch.set_rng_state(saved["torch"])
+    for name, gen in (torch_generators or {}).items():
+        gen.set_state(saved["torch_generators"][name])
+    random.setstate(saved["python"])
+    np.random.set_state(saved["numpy"])
+    for name, g in generators.items():
+        g.bit_generator.state = saved["generators"][name]
 
 
 def _seconds(value: Any) -> float | None:

@@ -296,7 +296,7 @@ def train_student(
     if checkpoint is not None:
         resume = ckpt.load(
             checkpoint, match, accelerator.unwrap_model(model), optim, modules, generators,
-            torch_generators=torch_generators,
+            torch_generators=torch_generators, check=lambda r: check_history(r, len(select)),
         )  # fmt: skip
     if warm_start is not None and resume.epoch == 0:
         # Training that comes before the epochs (a config's early passes), unless a
@@ -677,6 +677,28 @@ def split_between(batches: list[list[int]], processes: int) -> list[list[int]]:
             else [batch] * processes
         )
     ]
+
+
+def check_history(resume: Any, n_select: int) -> None:
+    """Raise ValueError unless a checkpoint's epochs are what this loop reads back: one
+    record per epoch trained, each with its loss and dev score (and its step count, once
+    recorded), and the kept epoch among them with its selection score when there are
+    selection rows. (`checkpoint._plain_record` has checked the values' types.)"""
+
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    history, epoch, best = resume.history, resume.epoch, resume.best_epoch
+    if len(history) != epoch or best > epoch:
+        raise ValueError(f"{len(history)} epoch records for epoch {epoch}, best {best}")
+    for record in history:
+        if not (number(record.get("train_loss")) and number(record.get("dev_accuracy"))):
+            raise ValueError("an epoch record without its loss or dev score")
+        steps = record.get("steps", 1)
+        if not number(steps) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"an epoch record of {steps!r} steps")
+    if best and n_select and not number(history[best - 1].get("selection_accuracy")):
+        raise ValueError("the kept epoch has no selection score")
 
 
 def make_optimiser(trainable: list[Any], lr: float, weight_decay: float) -> torch.optim.Adam:

@@ -143,6 +143,59 @@ def test_a_changed_config_does_not_resume_and_names_the_field(
     assert any(p.startswith("resuming from epoch 3") for p in printed), printed
 
 
+def _wrong_shape(tensors: dict, prefix: str) -> None:
+    key = next(k for k in sorted(tensors) if k.startswith(prefix) and tensors[k].ndim)
+    tensors[key] = tensors[key].flatten()[:1].clone()
+
+
+# Ways a checkpoint whose fingerprint matches (the config and rows are in plain JSON, so
+# anyone can copy them) may still not fit: each changes state.json or the tensors.
+TAMPERED = {
+    "model tensor shape": lambda meta, t: _wrong_shape(t, "model."),
+    "optimiser moment shape": lambda meta, t: _wrong_shape(t, "optim."),
+    "best weights shape": lambda meta, t: _wrong_shape(t, "best."),
+    "epoch not a count": lambda meta, t: meta.update(epoch="2"),
+    "history of another length": lambda meta, t: meta.update(history=meta["history"][:1]),
+    "history record not numbers": lambda meta, t: meta["history"][0].update(train_loss="x"),
+    "numpy generator state": lambda meta, t: meta["rng"]["numpy"].__setitem__(1, [1, 2]),
+}
+
+
+@pytest.mark.parametrize("tamper", list(TAMPERED), ids=list(TAMPERED))
+def test_a_checkpoint_that_does_not_fit_starts_over_to_the_same_weights(
+    tmp_path, tiny_teacher, tiny_data, monkeypatch, tamper
+):
+    from safetensors.torch import load_file, save_file
+
+    from edgekd.config import DataConfig, DistillConfig
+    from edgekd.distill import checkpoint as ckpt
+    from edgekd.stages import distill as stage
+    from edgekd.stages.distill import distill as run_distill
+
+    cfg = DistillConfig(
+        teacher=str(tiny_teacher), data=DataConfig(spec=str(tiny_data)), epochs=2,
+        student={"name": "bilstm", "options": SMALL_BILSTM}, augment={"n_iter": FEW_VARIANTS},
+    )  # fmt: skip
+    monkeypatch.setattr(stage, "discard_checkpoint", lambda out: None)
+    run_distill(cfg, tmp_path / "s")
+    first = sha256(tmp_path / "s" / "model.safetensors")
+    state = tmp_path / ".s.resume"
+    meta = json.loads((state / "state.json").read_text())
+    tensors = load_file(str(state / "state.safetensors"))
+    TAMPERED[tamper](meta, tensors)
+    (state / "state.json").write_text(json.dumps(meta))
+    save_file(tensors, str(state / "state.safetensors"))
+    printed: list[str] = []
+    monkeypatch.setattr(
+        ckpt.console, "print", lambda *a, **k: printed.append(" ".join(map(str, a)))
+    )
+    run_distill(cfg, tmp_path / "s")
+    assert any("does not fit this run" in p and "starting over" in p for p in printed), printed
+    # Trained from the start, with the weights, moments and generators as they were
+    # before the checkpoint was read: the first run's bytes.
+    assert sha256(tmp_path / "s" / "model.safetensors") == first
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=NATIVE_BF16)])
 def test_teacher_killed_mid_epoch_resumes_to_the_same_weights(tmp_path, bigger_data, precision):
