@@ -545,7 +545,7 @@ def write(result: dict[str, Any]) -> None:
         lines.append(
             f"| {task} | {len(t['runs'])} | {t['teacher']['accuracy']:.4f} | "
             f"{t['teacher']['mcc']:.3f} | {m['accuracy']:.4f} | {m['mcc']:.3f} | "
-            f"{m['retention']:.1%} | {m['bundle_bytes']:,.0f} | "
+            f"{m['retention']:.2%} | {m['bundle_bytes']:,.0f} | "
             f"{m['total_wall_s'] / 60:.1f} min | {t.get('revision', '?')} | {cpus(t['runs'])} |"
         )
     lines += ["", "| task | seed | bundle acc | selection acc (chose the epoch) | epochs | "
@@ -578,7 +578,7 @@ def write(result: dict[str, Any]) -> None:
             )
             lines.append(
                 f"| {task} | {load} | {budget} | {len(row['runs'])} | {m['accuracy']:.4f} | "
-                f"{m['mcc']:.3f} | {m['retention']:.1%} | {m['epochs_run']:g} | "
+                f"{m['mcc']:.3f} | {m['retention']:.2%} | {m['epochs_run']:g} | "
                 f"{m['n_augmented']:,.0f} | {100 * m['used_of_granted']:.0f}% | {each} | "
                 f"{row['revision']} | {cpus(row['runs'])} |"
             )
@@ -600,7 +600,7 @@ def write(result: dict[str, Any]) -> None:
             )
             lines.append(
                 f"| {task} | {len(t['runs'])} | {t['teacher']['accuracy']:.4f} | "
-                f"{m['accuracy']:.4f} | {m['mcc']:.3f} | {m['retention']:.1%} | "
+                f"{m['accuracy']:.4f} | {m['mcc']:.3f} | {m['retention']:.2%} | "
                 f"{m['bundle_bytes']:,.0f} | {m['wall_s'] / 60:.1f} min | {each} | "
                 f"{t['revision']} | {cpus(t['runs'])} |"
             )
@@ -627,7 +627,7 @@ def write(result: dict[str, Any]) -> None:
             lines.append(
                 f"| {task} | {shown} | "
                 f"{len(row['runs'])} | {m['accuracy']:.4f} | {m['mcc']:.3f} | "
-                f"{m['retention']:.1%} | {each} | {m['bundle_bytes']:,.0f} | "
+                f"{m['retention']:.2%} | {each} | {m['bundle_bytes']:,.0f} | "
                 f"{row['revision']} | {cpus(row['runs'])} |"
             )
     if "growth" in result:
@@ -703,11 +703,11 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
             colour = OTHER_COLOUR if load == "quiet" else "#7f7f7f"
             ax.plot(xs, ys, marker="o", color=colour, label=f"int8 bundle ({load})")
             for x, y, where in zip(xs, ys, [p[3] for p in points], strict=True):
-                ax.annotate(f"{y:.3f} ({where})", (x, y), textcoords="offset points",
+                ax.annotate(f"{y:.4f} ({where})", (x, y), textcoords="offset points",
                             xytext=(4, 6), fontsize=8)  # fmt: skip
         for share, style in ((0.99, "--"), (0.98, ":")):
             ax.axhline(share * teacher, color=FRONT_COLOUR, ls=style, lw=1,
-                       label=f"{share:.0%} of the teacher ({share * teacher:.3f})")  # fmt: skip
+                       label=f"{share:.0%} of the teacher ({share * teacher:.4f})")  # fmt: skip
         ax.set_xlabel("--time-budget, minutes (2 cores)")
         ax.set_ylabel("dev accuracy (median over seeds)")
         ax.set_title(f"{task}: accuracy per minute granted")
