@@ -691,7 +691,7 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
         point = (minutes, row["median"]["accuracy"], row["teacher"]["accuracy"], where)
         series.setdefault((task, load), []).append(point)
     tasks = sorted({task for task, _ in series})
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 4.6), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
         teacher = 0.0
         for (name, load), points in sorted(series.items()):
@@ -702,9 +702,18 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
             teacher = points[0][2]
             colour = OTHER_COLOUR if load == "quiet" else "#7f7f7f"
             ax.plot(xs, ys, marker="o", color=colour, label=f"int8 bundle ({load})")
+            # A label goes on the side away from the other line at its budget (quiet
+            # above, loaded below where only one ran): at one budget the two lines
+            # often sit within a label's height of each other.
+            others = {
+                q[0]: q[1] for (n, other), qs in series.items() if n == task and other != load
+                for q in qs
+            }  # fmt: skip
             for x, y, where in zip(xs, ys, [p[3] for p in points], strict=True):
-                ax.annotate(f"{y:.4f} ({where})", (x, y), textcoords="offset points",
-                            xytext=(4, 6), fontsize=8)  # fmt: skip
+                below = y < others[x] if x in others else load != "quiet"
+                ax.annotate(f"{y:.4f}\n{where}", (x, y), textcoords="offset points",
+                            xytext=(3, -4 if below else 4), va="top" if below else "bottom",
+                            fontsize=7, linespacing=1.0)  # fmt: skip
         for share, style in ((0.99, "--"), (0.98, ":")):
             ax.axhline(share * teacher, color=FRONT_COLOUR, ls=style, lw=1,
                        label=f"{share:.0%} of the teacher ({share * teacher:.4f})")  # fmt: skip
@@ -712,6 +721,7 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
         ax.set_ylabel("dev accuracy (median over seeds)")
         ax.set_title(f"{task}: accuracy per minute granted")
         ax.grid(True, alpha=0.3)
+        ax.margins(y=0.12)  # room for the labels of the highest and lowest points
         ax.legend(fontsize=8, loc="best")  # a lone point sits low right, where its label goes
     fig.tight_layout()
     fig.savefig(path, dpi=110)
