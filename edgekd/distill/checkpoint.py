@@ -250,14 +250,12 @@ def load(
     # A file that matches the run but not its shapes or types (crafted, or written by
     # another edgekd) is not resumed: everything it would set is put back as it was
     # (a failed `load_state_dict` may have copied some tensors before it raised).
-    before = _snapshot(model, optim, extra_modules, generators, scheduler, torch_generators)
+    pieces = _Pieces(model, optim, extra_modules, generators, scheduler, torch_generators or {})
+    before = pieces.snapshot()
     try:
-        resume = _restore(
-            meta, tensors, model, optim, extra_modules, generators, scheduler, torch_generators,
-            check,
-        )  # fmt: skip
+        resume = _restore(meta, tensors, pieces, check)
     except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as e:
-        _put_back(before, model, optim, extra_modules, generators, scheduler, torch_generators)
+        pieces.put_back(before)
         console.print(
             f"not resuming: the checkpoint in {folder} does not fit this run "
             f"({type(e).__name__}); starting over"
@@ -270,15 +268,52 @@ def load(
     return resume
 
 
+@dataclass
+class _Pieces:
+    """What a checkpoint sets: the objects `load` was given."""
+
+    model: torch.nn.Module
+    optim: torch.optim.Optimizer
+    modules: dict[str, torch.nn.Module]
+    generators: dict[str, np.random.Generator]
+    scheduler: Any
+    torch_generators: dict[str, torch.Generator]
+
+    def snapshot(self) -> dict[str, Any]:
+        """Copies of everything `_restore` sets, for `put_back`."""
+        scheduler = None if self.scheduler is None else self.scheduler.state_dict()
+        return {
+            "model": copy.deepcopy(self.model.state_dict()),
+            "modules": {n: copy.deepcopy(m.state_dict()) for n, m in self.modules.items()},
+            "optim": copy.deepcopy(self.optim.state_dict()),
+            "scheduler": copy.deepcopy(scheduler),
+            "torch": torch.get_rng_state(),
+            "torch_generators": {n: g.get_state() for n, g in self.torch_generators.items()},
+            "python": random.getstate(),
+            "numpy": np.random.get_state(),
+            "generators": {n: g.bit_generator.state for n, g in self.generators.items()},
+        }
+
+    def put_back(self, saved: dict[str, Any]) -> None:
+        self.model.load_state_dict(saved["model"])
+        for name, module in self.modules.items():
+            module.load_state_dict(saved["modules"][name])
+        self.optim.load_state_dict(saved["optim"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(saved["scheduler"])
+        torch.set_rng_state(saved["torch"])
+        for name, gen in self.torch_generators.items():
+            gen.set_state(saved["torch_generators"][name])
+        random.setstate(saved["python"])
+        np.random.set_state(saved["numpy"])
+        for name, g in self.generators.items():
+            g.bit_generator.state = saved["generators"][name]
+
+
 def _restore(
     meta: Any,
     tensors: dict[str, torch.Tensor],
-    model: torch.nn.Module,
-    optim: torch.optim.Optimizer,
-    extra_modules: dict[str, torch.nn.Module],
-    generators: dict[str, np.random.Generator],
-    scheduler: Any,
-    torch_generators: dict[str, torch.Generator] | None,
+    pieces: _Pieces,
     check: Callable[[Resume], None] | None,
 ) -> Resume:
     """Set every piece from a checkpoint whose fingerprint matched; raises on a piece
@@ -291,7 +326,7 @@ def _restore(
     best = part("best.")
     # The best weights are loaded only when training ends: checked now, not hours later.
     if best:
-        _check_like(best, model.state_dict(), "best weights")
+        _check_like(best, pieces.model.state_dict(), "best weights")
     history = meta["history"]
     if not isinstance(history, list) or not all(map(_plain_record, history)):
         raise TypeError("history is not a list of records of numbers")
@@ -316,20 +351,20 @@ def _restore(
     )
     if check is not None:
         check(resume)
-    model.load_state_dict(part("model."))
-    for name, module in extra_modules.items():
+    pieces.model.load_state_dict(part("model."))
+    for name, module in pieces.modules.items():
         module.load_state_dict(part(f"{name}."))
-    _load_optimizer(optim, tensors, meta["optimizer"])
+    _load_optimizer(pieces.optim, tensors, meta["optimizer"])
     torch.set_rng_state(tensors["rng.torch"])
-    for name, gen in (torch_generators or {}).items():
+    for name, gen in pieces.torch_generators.items():
         gen.set_state(tensors[f"rng.{name}"])
-    if scheduler is not None:
-        scheduler.load_state_dict(meta["scheduler"])
+    if pieces.scheduler is not None:
+        pieces.scheduler.load_state_dict(meta["scheduler"])
     version, internal, gauss = meta["rng"]["python"]
     random.setstate((version, tuple(internal), gauss))
     kind, keys, pos, has_gauss, cached = meta["rng"]["numpy"]
     np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-    for name, g in generators.items():
+    for name, g in pieces.generators.items():
         g.bit_generator.state = meta["rng"][name]
     return resume
 
@@ -375,52 +410,6 @@ def _check_like(
     for k, v in state.items():
         if v.shape != reference[k].shape:
             raise ValueError(f"{what}: {k} has shape {tuple(v.shape)}")
-
-
-def _snapshot(
-    model: torch.nn.Module,
-    optim: torch.optim.Optimizer,
-    extra_modules: dict[str, torch.nn.Module],
-    generators: dict[str, np.random.Generator],
-    scheduler: Any,
-    torch_generators: dict[str, torch.Generator] | None,
-) -> dict[str, Any]:
-    """Copies of everything `_restore` sets, for `_put_back`."""
-    return {
-        "model": copy.deepcopy(model.state_dict()),
-        "modules": {n: copy.deepcopy(m.state_dict()) for n, m in extra_modules.items()},
-        "optim": copy.deepcopy(optim.state_dict()),
-        "scheduler": copy.deepcopy(scheduler.state_dict()) if scheduler is not None else None,
-        "torch": torch.get_rng_state(),
-        "torch_generators": {n: g.get_state() for n, g in (torch_generators or {}).items()},
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "generators": {n: copy.deepcopy(g.bit_generator.state) for n, g in generators.items()},
-    }
-
-
-def _put_back(
-    saved: dict[str, Any],
-    model: torch.nn.Module,
-    optim: torch.optim.Optimizer,
-    extra_modules: dict[str, torch.nn.Module],
-    generators: dict[str, np.random.Generator],
-    scheduler: Any,
-    torch_generators: dict[str, torch.Generator] | None,
-) -> None:
-    model.load_state_dict(saved["model"])
-    for name, module in extra_modules.items():
-        module.load_state_dict(saved["modules"][name])
-    optim.load_state_dict(saved["optim"])
-    if scheduler is not None:
-        scheduler.load_state_dict(saved["scheduler"])
-    torch.set_rng_state(saved["torch"])
-    for name, gen in (torch_generators or {}).items():
-        gen.set_state(saved["torch_generators"][name])
-    random.setstate(saved["python"])
-    np.random.set_state(saved["numpy"])
-    for name, g in generators.items():
-        g.bit_generator.state = saved["generators"][name]
 
 
 def _seconds(value: Any) -> float | None:
