@@ -695,7 +695,7 @@ def check_history(resume: Any, n_select: int) -> None:
         if not (number(record.get("train_loss")) and number(record.get("dev_accuracy"))):
             raise ValueError("an epoch record without its loss or dev score")
         steps = record.get("steps", 1)
-        if not number(steps) or not isinstance(steps, int) or steps < 1:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(f"an epoch record of {steps!r} steps")
     if best and n_select and not number(history[best - 1].get("selection_accuracy")):
         raise ValueError("the kept epoch has no selection score")
