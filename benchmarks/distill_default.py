@@ -3,7 +3,7 @@
     python benchmarks/distill_default.py [--shared ../shared] [--seeds 0 1 2]
         [--tasks [sst2] [cola]] [--no-growth] [--no-load]
         [--sweep 5 10 15 30 60 [--loaded] [--sweep-only]] [--quickstart[-only]]
-        [--lever FIELD=VALUE ... [--arms-only]]
+        [--lever FIELD=VALUE ... [--arms-only]] [--reexport]
 
 Per task and seed, from a cold teacher-logit cache (a fresh $EDGEKD_CACHE per run),
 the commands of the README, each in its own process:
@@ -53,6 +53,13 @@ this revision. `--arms-only`: the `--lever` arms alone, to be read beside the bu
 sweep's row of the same budget (its own revision named): for a change that leaves the
 defaults' path as it was, where rerunning them would double the run. It runs no
 default-budget, growth or load section.
+
+`--reexport`: after a change to export or bundle alone, the students behind the
+default-budget and sweep rows export, bundle and score again at this revision, and
+nothing is trained: each row whose every run folder is in runs/bench-default (trained
+at the row's revision) gets its new scores and bundle bytes and names both revisions,
+trained at one, exported at the other. A budget's run is never rerun for this: its
+clock would cut training elsewhere, and the student would be another one.
 
 Writes benchmarks/results/distill_default.json and distill_default.md.
 EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
@@ -213,17 +220,13 @@ def one_run(
     """One seed's distill, export and bundle; with `budget`, under `--time-budget
     budget` (and, `loaded`, beside a 2-core load for the distill); `settings`: distill's
     `-s FIELD=VALUE` overrides beside the defaults (other benchmarks' arms)."""
-    name = f"{task}-seed{seed}"
-    if budget is not None:
-        name += f"-{budget:g}min" + ("-loaded" if loaded else "")
-    name += "".join(f"-{slug(setting)}" for setting in settings)
-    folder = RUNS / name
+    folder = run_folder(task, seed, budget, loaded, settings)
     done = finished(folder)
     if done is not None:
         return done
     cache = Path(tempfile.mkdtemp(prefix="edgekd-cold-"))
     env = {**env, "EDGEKD_CACHE": str(cache)}  # cold: the teacher labels everything
-    s, e, b = folder / "student", folder / "export", folder / "bundle"
+    s, b = folder / "student", folder / "bundle"
     minutes = [] if budget is None else ["--time-budget", f"{budget:g}"]
     from labelling_load import hog  # (it imports this module: not at the top)
 
@@ -239,11 +242,7 @@ def one_run(
         if load is not None:
             load.kill()
             load.wait()
-    phases = {
-        "distill": distill,
-        "export": run(edgekd("export", str(s), "--out", str(e), "--int8"), env),
-        "bundle": run(edgekd("bundle", str(e), "--out", str(b)), env),
-    }
+    phases = {"distill": distill, **export_and_bundle(folder, env)}
     shutil.rmtree(cache, ignore_errors=True)
     metrics = json.loads((s / "metrics.json").read_text())
     scores = bundle_scores(b, data, metrics["labels"])
@@ -275,6 +274,67 @@ def one_run(
     }
     (folder / "result.json").write_text(json.dumps(result, indent=2))
     return result
+
+
+def run_folder(
+    task: str,
+    seed: int,
+    budget: float | None = None,
+    loaded: bool = False,
+    settings: tuple[str, ...] = (),
+) -> Path:
+    name = f"{task}-seed{seed}"
+    if budget is not None:
+        name += f"-{budget:g}min" + ("-loaded" if loaded else "")
+    return RUNS / (name + "".join(f"-{slug(setting)}" for setting in settings))
+
+
+def export_and_bundle(folder: Path, env: dict[str, str], *again: str) -> dict[str, dict]:
+    """`edgekd export --int8` and `edgekd bundle` of the student in `folder` (`again`:
+    `--overwrite`, replacing what they wrote before)."""
+    s, e, b = folder / "student", folder / "export", folder / "bundle"
+    return {
+        "export": run(edgekd("export", str(s), "--out", str(e), "--int8", *again), env),
+        "bundle": run(edgekd("bundle", str(e), "--out", str(b), *again), env),
+    }
+
+
+def reexport(result: dict[str, Any], shared: Path, env: dict[str, str]) -> list[str]:
+    """`--reexport`: the default-budget and sweep rows whose every run folder is here,
+    trained at the row's revision, exported, bundled and scored again at this one (their
+    medians and bundle bytes with them). Return the rows it changed."""
+    changed = []
+    sections = [("tasks", result.get("tasks", {})), ("sweep", result.get("sweep", {}))]
+    for section, rows in sections:
+        for key, row in rows.items():
+            folders = [
+                run_folder(r["task"], r["seed"], r.get("budget_min"), r.get("loaded", False))
+                for r in row["runs"]
+            ]
+            trained = [
+                json.loads((f / "result.json").read_text()).get("revision")
+                if (f / "result.json").is_file() and (f / "student").is_dir()
+                else None
+                for f in folders
+            ]
+            if trained != [r["revision"] for r in row["runs"]]:
+                continue
+            for r, folder in zip(row["runs"], folders, strict=True):
+                r["phases"].update(export_and_bundle(folder, env, "--overwrite"))
+                labels = json.loads((folder / "student" / "metrics.json").read_text())["labels"]
+                b = folder / "bundle"
+                r["student"] = bundle_scores(b, shared / "data" / r["task"], labels)
+                r["bundle_bytes"] = sum(f.stat().st_size for f in b.rglob("*") if f.is_file())
+                r["export_revision"] = revision()
+                (folder / "result.json").write_text(json.dumps(r, indent=2))
+            row["median"].update(median_scores(row["runs"], row["teacher"]))
+            if "bundle_bytes" in row["median"]:
+                row["median"]["bundle_bytes"] = statistics.median(
+                    r["bundle_bytes"] for r in row["runs"]
+                )
+            row["export_revision"] = revision()
+            changed.append(f"{section}: {key}")
+    return changed
 
 
 def quickstart_run(task: str, teacher: Path, data: Path, seed: int, env: dict[str, str]) -> dict:
@@ -373,6 +433,11 @@ def main() -> None:
         help="Run the --lever arms without the defaults' arm (each read beside the budget "
         "sweep's row of its budget).",
     )  # fmt: skip
+    p.add_argument(
+        "--reexport", action="store_true",
+        help="Train nothing: export, bundle and score again the students of the rows found "
+        "under runs/bench-default (after an export change).",
+    )  # fmt: skip
     args = p.parse_args()
     if args.arms_only and not args.lever:
         p.error("--arms-only runs the --lever arms: name at least one")
@@ -380,6 +445,13 @@ def main() -> None:
     shared = args.shared.resolve()
     env = dict(os.environ)
     RUNS.mkdir(parents=True, exist_ok=True)
+    if args.reexport:
+        kept = REPO / "benchmarks" / "results" / "distill_default.json"
+        result = json.loads(kept.read_text())
+        changed = reexport(result, shared, env)
+        print("re-exported:", "; ".join(changed) or "no row's runs are here")
+        write(result)
+        return
     tasks: dict[str, Any] = {}
     sweep: dict[str, Any] = {}
     quick: dict[str, Any] = {}
@@ -546,7 +618,7 @@ def write(result: dict[str, Any]) -> None:
             f"| {task} | {len(t['runs'])} | {t['teacher']['accuracy']:.4f} | "
             f"{t['teacher']['mcc']:.3f} | {m['accuracy']:.4f} | {m['mcc']:.3f} | "
             f"{m['retention']:.2%} | {m['bundle_bytes']:,.0f} | "
-            f"{m['total_wall_s'] / 60:.1f} min | {t.get('revision', '?')} | {cpus(t['runs'])} |"
+            f"{m['total_wall_s'] / 60:.1f} min | {revisions(t)} | {cpus(t['runs'])} |"
         )
     lines += ["", "| task | seed | bundle acc | selection acc (chose the epoch) | epochs | "
               "augmented rows | wall by phase (s) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -580,7 +652,7 @@ def write(result: dict[str, Any]) -> None:
                 f"| {task} | {load} | {budget} | {len(row['runs'])} | {m['accuracy']:.4f} | "
                 f"{m['mcc']:.3f} | {m['retention']:.2%} | {m['epochs_run']:g} | "
                 f"{m['n_augmented']:,.0f} | {100 * m['used_of_granted']:.0f}% | {each} | "
-                f"{row['revision']} | {cpus(row['runs'])} |"
+                f"{revisions(row)} | {cpus(row['runs'])} |"
             )
     if result.get("quickstart"):
         lines += ["", "`edgekd quickstart` (`--quickstart`: the README's command, its 10-minute "
@@ -652,6 +724,13 @@ def write(result: dict[str, Any]) -> None:
     (out / "distill_default.md").write_text(smoke.markdown("\n".join(lines) + "\n"))
     if result.get("sweep"):
         plot_sweep(result["sweep"], out / "distill_sweep.png")
+
+
+def revisions(row: dict[str, Any]) -> str:
+    """The revision a row was measured at; re-exported (`--reexport`), both."""
+    exported = row.get("export_revision")
+    trained = row.get("revision", "?")
+    return trained if exported is None else f"{trained}, exported at {exported}"
 
 
 def used(share: float | None) -> str:

@@ -195,12 +195,14 @@ def main() -> None:
             label = f"int8, fp32 {name}" if name != "none" else "int8"
             kept[label] = KEEP[name](nodes)
             path = folder / f"model.int8-{i}.onnx"  # beside its config and tokenizer
-            DynamicInt8Quantizer(exclude_nodes=kept[label]).quantize(fp32_path, path)
+            DynamicInt8Quantizer(exclude_nodes=kept[label], embedding="tensor").quantize(
+                fp32_path, path
+            )
             labellers[label] = lambda q=predictor(path): q.logits(rows)
             fp32_of[label] = "fp32"
         if args.batches:
             int8_path = folder / "model.int8-calls.onnx"
-            DynamicInt8Quantizer().quantize(fp32_path, int8_path)
+            DynamicInt8Quantizer(embedding="tensor").quantize(fp32_path, int8_path)
         for b in args.batches:
             labellers[f"torch, calls of {b}"] = lambda b=b: teacher_logits(model, tok, rows, b)
             labellers[f"fp32, calls of {b}"] = lambda q=predictor(fp32_path, b): q.logits(rows)

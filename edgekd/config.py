@@ -45,6 +45,7 @@ TeacherRuntime = Literal["auto", "torch", "onnx", "onnx-int8"]
 Int8Mode = Literal["dynamic", "static"]
 Preset = Literal["auto", "avx2", "avx512_vnni", "arm64"]
 Calibration = Literal["minmax", "entropy", "percentile"]
+Int8Embedding = Literal["row", "tensor"]
 
 
 # Seeds reach numpy's RandomState/default_rng, which take 0 ≤ seed < 2**32 (a larger
@@ -899,6 +900,11 @@ class ExportConfig(StrictModel):
     )
     per_channel: bool | None = Field(None, description="Per-channel weight scales (preset's).")
     reduce_range: bool | None = Field(None, description="7-bit weights (preset's).")
+    int8_embedding: Int8Embedding = Field(
+        "row",
+        description="int8 embedding tables: row (one scale per row, 4 bytes a row; closer to "
+        "fp32) or tensor (onnxruntime's one scale per table).",
+    )
     calibration: Calibration = Field(
         "minmax", description="Static int8: how activation ranges are calibrated."
     )
@@ -1047,7 +1053,9 @@ BUILTIN_FORMATS = {
     "e2e": "set e2e: true (edgekd export --e2e)",
 }
 # Export options with no effect without int8, and those with none without static int8.
-INT8_OPTIONS = {"int8_mode", "preset", "per_channel", "reduce_range", "max_int8_drop"}
+INT8_OPTIONS = {
+    "int8_mode", "preset", "per_channel", "reduce_range", "int8_embedding", "max_int8_drop"
+}  # fmt: skip
 STATIC_OPTIONS = {"calibration", "calibration_samples"}
 
 

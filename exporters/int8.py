@@ -81,6 +81,7 @@ def make_int8(
             reduce_range=cfg.reduce_range,
             exclude_nodes=exclude,
             calibration_method=cfg.calibration,
+            embedding=cfg.int8_embedding,
         )
 
     mode = cfg.int8_mode

@@ -175,7 +175,10 @@ class OnnxLabelers:
                     export_teacher(self.name, self.folder, states=self.states)
             if kind == "int8" and not int8.is_file():
                 tmp = self.folder / f".model.int8.onnx.tmp-{os.getpid()}"
-                DynamicInt8Quantizer().quantize(fp32, tmp)
+                # onnxruntime's one scale per embedding table, not the students' one per
+                # row: on the reference MiniLM teacher, per row agreed with fp32 on 99.30%
+                # of 3,872 SST-2 rows against 99.33% (its int8 error is in the matmuls).
+                DynamicInt8Quantizer(embedding="tensor").quantize(fp32, tmp)
                 os.replace(tmp, int8)
             self.predictors[kind] = OnnxPredictor(
                 self.folder / MODEL_FILES[kind],

@@ -557,6 +557,7 @@ def test_export_int8_mode_static_implies_int8_and_records_calibration(tmp_path, 
         (["--preset", "avx2"], "preset only applies to int8 models; add --int8"),
         (["--max-int8-drop", "0.01"], "max_int8_drop only applies to int8 models; add --int8"),
         (["--per-tensor"], "per_channel only applies to int8 models"),
+        (["--int8-embedding", "tensor"], "int8_embedding only applies to int8 models; add --int8"),
         (["--device", "local-cpu"], "--device only applies to int8 models; add --int8"),
     ],
 )  # fmt: skip

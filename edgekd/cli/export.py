@@ -8,13 +8,13 @@ import typer
 
 from edgekd.cli.base import Fields, field, typed
 from edgekd.cli.options import CONFIG, OFF, OVERWRITE, SETS
-from edgekd.config import Calibration, ExportConfig, Int8Mode, Preset
+from edgekd.config import Calibration, ExportConfig, Int8Embedding, Int8Mode, Preset
 from edgekd.resolve import resolve
 
 SWITCHES = (
     "int8", "preset", "calibration", "calibration_samples", "per_channel", "reduce_range",
-    "guard", "max_int8_drop", "mobile", "fixed_shape", "executorch", "e2e", "atol", "opset",
-    "exit_threshold",
+    "int8_embedding", "guard", "max_int8_drop", "mobile", "fixed_shape", "executorch", "e2e",
+    "atol", "opset", "exit_threshold",
 )  # fmt: skip
 # Option → ExportConfig field; --int8-mode asks for int8 too (the help says so).
 FIELDS: Fields = {**{k: k for k in SWITCHES}, "int8_mode": ["int8_mode", ("int8", lambda _: True)]}
@@ -63,6 +63,7 @@ def export(
         help="7-bit int8 weights (avoids overflow on CPUs without VNNI) or the full 8 bits.",
         default="the preset's",
     ),
+    int8_embedding: Int8Embedding = field(ExportConfig, "int8_embedding", "--int8-embedding"),
     guard: bool = field(
         ExportConfig,
         "guard",

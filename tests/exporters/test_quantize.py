@@ -17,6 +17,7 @@ from edgekd.exporters.quantize import (
     StaticInt8Quantizer,
     detect_preset,
     resolve_preset,
+    rowwise_embeddings,
 )
 from edgekd.exporters.repair import quantizable_nodes, repair
 
@@ -35,6 +36,34 @@ def mlp(path: Path, w1: np.ndarray, w2: np.ndarray) -> Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
     onnx.save(model, str(path))
     return path
+
+
+def lookup(path: Path, table: np.ndarray, tied: bool = False, head: bool = True) -> Path:
+    """ids (batch × length) → Gather rows of `table` → logits = MatMul(rows, w); `tied`:
+    the MatMul reads the table too (a tied output layer); no `head`: rows alone (static
+    int8 would quantize the MatMul's input, rows included, to one activation scale)."""
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "length"])
+    y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)
+    rows = helper.make_tensor_value_info("rows", TensorProto.FLOAT, None)
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["rows"], name="embed", axis=0),
+        helper.make_node("MatMul", ["rows", "table_t" if tied else "w"], ["logits"], name="out"),
+    ][: 2 if head else 1]
+    if tied:
+        nodes.insert(1, helper.make_node("Transpose", ["table"], ["table_t"], name="tie"))
+    w = np.random.default_rng(1).normal(size=(table.shape[1], 3)).astype(np.float32)
+    inits = [numpy_helper.from_array(table, "table"), numpy_helper.from_array(w, "w")]
+    graph = helper.make_graph(nodes, "lookup", [ids], [y, rows] if head else [rows], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    onnx.save(model, str(path))
+    return path
+
+
+def rows_of(path: Path, ids: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(["rows"], {"ids": ids})[0]
 
 
 def run(path: Path, x: np.ndarray) -> np.ndarray:
@@ -92,6 +121,52 @@ def test_static_int8_calibrates_scales_into_qdq_nodes(tmp_path):
     assert any(not np.allclose(numpy_helper.to_array(s), wide_scales[s.name]) for s in scales)
     with pytest.raises(ValueError, match="needs calibration inputs"):
         StaticInt8Quantizer().quantize(src, tmp_path / "n.onnx", None)
+
+
+def test_int8_embedding_rows_keep_their_own_step_when_row(tmp_path):
+    # Row 0's weights are ~0.001, row 1's ~10, row 2 is zeros. One scale for the table
+    # is 10 / 127 ≈ 0.08 a step, so row 0 rounds to all zeros; its own scale is
+    # max|row 0| / 127 ≈ 0.00002 a step, half of which bounds the error of each weight.
+    rng = np.random.default_rng(0)
+    table = np.stack([rng.uniform(-1e-3, 1e-3, 8), rng.uniform(-10, 10, 8), np.zeros(8)]).astype(
+        np.float32
+    )
+    src, ids = lookup(tmp_path / "m.onnx", table, head=False), np.array([[0, 1, 2, 0]])
+    for kind in ("dynamic", "static"):
+        quantizer = DynamicInt8Quantizer if kind == "dynamic" else StaticInt8Quantizer
+        feeds = [{"ids": ids}]
+        quantizer(preset="avx512_vnni").quantize(src, tmp_path / f"{kind}.onnx", feeds)
+        rows = rows_of(tmp_path / f"{kind}.onnx", ids)[0]
+        step = np.abs(table).max(axis=1, keepdims=True) / 127
+        assert np.all(np.abs(rows - table[[0, 1, 2, 0]]) <= step[[0, 1, 2, 0]] / 2 + 1e-9), kind
+        assert np.all(rows[2] == 0) and np.all(np.sign(rows[0]) == np.sign(table[0])), kind
+        model = onnx.load(str(tmp_path / f"{kind}.onnx"))
+        tables = {i.name: i for i in model.graph.initializer}
+        assert tables["table_int8_rows"].data_type == TensorProto.INT8, kind
+        # The scales stay fp32, one a row (onnxruntime must not quantize them).
+        assert numpy_helper.to_array(tables["table_row_scale"]).shape == (3,), kind
+        assert "table" not in tables, kind  # the fp32 table is gone, not kept beside
+    DynamicInt8Quantizer(preset="avx512_vnni", embedding="tensor").quantize(
+        src, tmp_path / "tensor.onnx"
+    )
+    tensor_rows = rows_of(tmp_path / "tensor.onnx", ids)[0]
+    assert np.all(tensor_rows[0] == 0)  # what the row scales are for
+    with pytest.raises(ValueError, match="valid: row, tensor"):
+        DynamicInt8Quantizer(embedding="column")
+
+
+def test_int8_embedding_tables_read_otherwise_or_excluded_are_left_to_the_quantizer(tmp_path):
+    table = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    tied = lookup(tmp_path / "tied.onnx", table, tied=True)
+    assert rowwise_embeddings(tied, tmp_path / "t.onnx") == (tied, [])
+    plain = lookup(tmp_path / "plain.onnx", table)
+    assert rowwise_embeddings(plain, tmp_path / "p.onnx", exclude=["embed"]) == (plain, [])
+    out, added = rowwise_embeddings(plain, tmp_path / "p.onnx")
+    assert out == tmp_path / "p.onnx" and len(added) == 5
+    # Excluded from int8 (accuracy repair's way): the table stays fp32, rows exact.
+    DynamicInt8Quantizer(exclude_nodes=["embed"]).quantize(plain, tmp_path / "x.onnx")
+    ids = np.array([[4, 0]], dtype=np.int64)
+    np.testing.assert_array_equal(rows_of(tmp_path / "x.onnx", ids)[0], table[[4, 0]])
 
 
 def test_guard_keeps_fp32_when_int8_is_slower(tmp_path):

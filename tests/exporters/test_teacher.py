@@ -44,6 +44,34 @@ def test_onnx_labelers_export_folder_names_the_labeller_code(tmp_path, monkeypat
     assert b.code == "b" * 64 and not tmp_path.joinpath("teachers").exists()
 
 
+def test_onnx_labelers_quantize_the_teacher_with_one_scale_per_embedding_table(
+    tmp_path, monkeypatch
+):
+    # The students' int8 embeddings take a scale per row; the teacher's labels were
+    # measured with onnxruntime's one per table (no agreement gained per row), and its
+    # cached labels depend on it. Nothing is exported: the quantizer records its options.
+    from edgekd.exporters import quantize
+
+    made = []
+
+    class Recorder:
+        def __init__(self, **options):
+            made.append(options)
+
+        def quantize(self, src, dst):
+            dst.write_bytes(b"int8")
+
+    monkeypatch.setattr(quantize, "DynamicInt8Quantizer", Recorder)
+    monkeypatch.setattr(teacher, "OnnxPredictor", lambda path, **kw: path)
+    labelers = teacher.OnnxLabelers(
+        DistillConfig(teacher="t", cache_dir=str(tmp_path)), "t", "f" * 64
+    )
+    labelers.folder.mkdir(parents=True)
+    (labelers.folder / teacher.MODEL_FILES["fp32"]).touch()
+    assert labelers.predictor("int8") == labelers.folder / teacher.MODEL_FILES["int8"]
+    assert made == [{"embedding": "tensor"}]
+
+
 def test_onnx_labelers_call_the_teacher_with_the_configs_batch_size(tmp_path, monkeypatch):
     # The rows a call holds set int8's labels (a call is quantized by its own rows), so
     # the size the config names, 64 unset, is the one the sessions get. Nothing is

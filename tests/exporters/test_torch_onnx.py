@@ -61,3 +61,6 @@ def test_dynamic_int8_quantizes_lstm_and_embedding(tmp_path):
         i for i in onnx.load(str(tmp_path / "q.onnx")).graph.initializer if list(i.dims) == [40, 16]
     ]
     assert [t.data_type in eight_bit for t in tables] == [True], "embedding should be 8-bit"
+    # One fp32 scale per embedding row (40 pieces), not one for the table.
+    scales = [i for i in onnx.load(str(tmp_path / "q.onnx")).graph.initializer if i.dims == [40]]
+    assert [s.data_type for s in scales] == [onnx.TensorProto.FLOAT]
