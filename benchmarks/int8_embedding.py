@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import smoke  # benchmarks/ is on the path of its own scripts
-from distill_default import revision
+from distill_default import cpu, revision
 
 REPO = Path(__file__).resolve().parents[1]
 WORK = smoke.runs_dir(REPO / "runs" / "bench-int8-embedding")
@@ -138,7 +138,7 @@ def main() -> None:
     result = {
         "smoke": smoke.SMOKE,
         "revision": revision(),
-        "machine": f"{platform.machine()}, {platform.processor() or '?'}",
+        "machine": f"{platform.machine()}, {cpu()}",
         "students": rows,
         "latency": timings,
         "summary": summary(rows),
