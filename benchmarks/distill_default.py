@@ -746,6 +746,35 @@ def cpus(runs: list[dict], vendor: bool = False) -> str:
     return ", ".join(sorted(names))
 
 
+def label_spot(
+    x: float, y: float, high: float, below: bool, placed: list[tuple[float, ...]]
+) -> tuple[bool, bool, int]:
+    """Where the label of point (x, y), `high` score units tall and ~3.5 minutes wide,
+    goes: (right of x?, below y?, how many label heights away). The first spot, in
+    order of preference (`below` first, right before left, nearest first), that covers
+    no label in `placed`; else the preferred one. The chosen box joins `placed`.
+    13 and 15 minutes are a label's width apart, so their labels can meet."""
+
+    def box(right: bool, down: bool, level: int) -> tuple[float, ...]:
+        x0 = x if right else x - 3.5
+        y0 = y - (level + 1) * high if down else y + level * high
+        return (x0, x0 + 3.5, y0, y0 + high)
+
+    spots = [
+        (right, down, level)
+        for level in (0, 1, 2)
+        for down in (below, not below)
+        for right in (True, False)
+    ]
+    for spot in spots:
+        x0, x1, y0, y1 = box(*spot)
+        if not any(x0 < b1 and b0 < x1 and y0 < c1 and c0 < y1 for b0, b1, c0, c1 in placed):
+            placed.append(box(*spot))
+            return spot
+    placed.append(box(*spots[0]))
+    return spots[0]
+
+
 def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
     """Accuracy per minute granted: each (task, machine) series' median bundle score
     against the budget, beside 98% and 99% of its teacher (the issue's targets), in
@@ -767,12 +796,24 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
         where = f"{row['revision'][:7]}, {cpus(row.get('runs', []), vendor=True)}"
         if (n := len(row.get("runs", []))) < most:  # a point still short of its seeds
             where += f", {n} seed{'s' if n > 1 else ''}"
+        if row.get("export_revision"):  # trained at one revision, exported at another
+            where += f"\nexported at {row['export_revision'][:7]}"
         point = (minutes, row["median"]["accuracy"], row["teacher"]["accuracy"], where)
         series.setdefault((task, load), []).append(point)
     tasks = sorted({task for task, _ in series})
     fig, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 4.6), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
         teacher = 0.0
+        # Labels placed so far, as boxes in (minutes, score) units: a label is ~3.5
+        # minutes wide and a line of it ~3% of the score axis high (7 pt on an axis
+        # ~3.6 inches tall); the axis spans the points and the 98%/99% lines, plus
+        # `margins`' 12% each side.
+        ends = [p[1] for (n, _), ps in series.items() if n == task for p in ps] + [
+            share * p[2] for (n, _), ps in series.items() if n == task for p in ps
+            for share in (0.98, 0.99)
+        ]  # fmt: skip
+        span = 1.24 * (max(ends) - min(ends))
+        placed: list[tuple[float, float, float, float]] = []
         for (name, load), points in sorted(series.items()):
             if name != task:
                 continue
@@ -790,9 +831,15 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
             }  # fmt: skip
             for x, y, where in zip(xs, ys, [p[3] for p in points], strict=True):
                 below = y < others[x] if x in others else load != "quiet"
-                ax.annotate(f"{y:.4f}\n{where}", (x, y), textcoords="offset points",
-                            xytext=(3, -4 if below else 4), va="top" if below else "bottom",
-                            fontsize=7, linespacing=1.0)  # fmt: skip
+                high = (where.count("\n") + 2.5) * 0.03 * (span or 1)
+                right, below, level = label_spot(x, y, high, below, placed)
+                tx = x + (0.15 if right else -0.15)
+                ty = y + (-1 if below else 1) * (0.01 * span + level * high)
+                ax.annotate(f"{y:.4f}\n{where}", (x, y), xytext=(tx, ty),
+                            va="top" if below else "bottom", ha="left" if right else "right",
+                            fontsize=7, linespacing=1.0,
+                            arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "#7f7f7f"}
+                            if level else None)  # fmt: skip
         for share, style in ((0.99, "--"), (0.98, ":")):
             ax.axhline(share * teacher, color=FRONT_COLOUR, ls=style, lw=1,
                        label=f"{share:.0%} of the teacher ({share * teacher:.4f})")  # fmt: skip
