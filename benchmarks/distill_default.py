@@ -83,6 +83,8 @@ from typing import Any
 
 import smoke  # benchmarks/ is on the path of its own scripts
 
+from edgekd.io import tree_bytes
+
 REPO = Path(__file__).resolve().parents[1]
 RUNS = smoke.runs_dir(REPO / "runs" / "bench-default")
 # Smoke: what a command trains on (the README's commands run whole otherwise).
@@ -252,7 +254,7 @@ def one_run(
         "revision": revision(),
         "cpu": cpu(),
         "student": scores,
-        "bundle_bytes": sum(f.stat().st_size for f in b.rglob("*") if f.is_file()),
+        "bundle_bytes": tree_bytes(b),
         "selection_accuracy": metrics.get("selection_accuracy"),
         "best_epoch": metrics["best_epoch"],
         "epochs_run": metrics["epochs_run"],
@@ -300,15 +302,23 @@ def export_and_bundle(folder: Path, env: dict[str, str], *again: str) -> dict[st
 
 
 def reexport(result: dict[str, Any], shared: Path, env: dict[str, str]) -> list[str]:
-    """`--reexport`: the default-budget and sweep rows whose every run folder is here,
-    trained at the row's revision, exported, bundled and scored again at this one (their
-    medians and bundle bytes with them). Return the rows it changed."""
+    """`--reexport`: the default-budget, sweep and lever rows whose every run folder is
+    here, trained at the row's revision, exported, bundled and scored again at this one
+    (their medians and bundle bytes with them). Each run keeps what its own export
+    measured under `reexported.before`, beside the re-export's revision, CPU and
+    timings. Return the rows it changed."""
     changed = []
-    sections = [("tasks", result.get("tasks", {})), ("sweep", result.get("sweep", {}))]
+    done: dict[Path, dict[str, Any]] = {}  # a folder behind two rows is exported once
+    sections = [(s, result.get(s, {})) for s in ("tasks", "sweep", "levers")]
     for section, rows in sections:
         for key, row in rows.items():
+            # A lever row's key: `task | arm | revision` or `task | arm | M min | revision`.
+            arm = key.split(" | ")[1] if section == "levers" else "defaults"
+            settings = () if arm == "defaults" else tuple(arm.split())
             folders = [
-                run_folder(r["task"], r["seed"], r.get("budget_min"), r.get("loaded", False))
+                run_folder(
+                    r["task"], r["seed"], r.get("budget_min"), r.get("loaded", False), settings
+                )
                 for r in row["runs"]
             ]
             trained = [
@@ -320,12 +330,20 @@ def reexport(result: dict[str, Any], shared: Path, env: dict[str, str]) -> list[
             if trained != [r["revision"] for r in row["runs"]]:
                 continue
             for r, folder in zip(row["runs"], folders, strict=True):
-                r["phases"].update(export_and_bundle(folder, env, "--overwrite"))
-                labels = json.loads((folder / "student" / "metrics.json").read_text())["labels"]
-                b = folder / "bundle"
-                r["student"] = bundle_scores(b, shared / "data" / r["task"], labels)
-                r["bundle_bytes"] = sum(f.stat().st_size for f in b.rglob("*") if f.is_file())
-                r["export_revision"] = revision()
+                before = r.get("reexported", {}).get("before") or {
+                    "student": r["student"], "bundle_bytes": r["bundle_bytes"]
+                }  # fmt: skip
+                if folder not in done:
+                    phases = export_and_bundle(folder, env, "--overwrite")
+                    metrics = json.loads((folder / "student" / "metrics.json").read_text())
+                    b = folder / "bundle"
+                    done[folder] = {
+                        "student": bundle_scores(b, shared / "data" / r["task"], metrics["labels"]),
+                        "bundle_bytes": tree_bytes(b),
+                        "reexported": {"revision": revision(), "cpu": cpu(), "phases": phases},
+                    }  # fmt: skip
+                r.update(done[folder])
+                r["reexported"] = {**done[folder]["reexported"], "before": before}
                 (folder / "result.json").write_text(json.dumps(r, indent=2))
             row["median"].update(median_scores(row["runs"], row["teacher"]))
             if "bundle_bytes" in row["median"]:
@@ -366,7 +384,7 @@ def quickstart_run(task: str, teacher: Path, data: Path, seed: int, env: dict[st
         "revision": revision(),
         "cpu": cpu(),
         "student": bundle_scores(b, data, metrics["labels"]),
-        "bundle_bytes": sum(f.stat().st_size for f in b.rglob("*") if f.is_file()),
+        "bundle_bytes": tree_bytes(b),
         "epochs_run": metrics["epochs_run"],
         "best_epoch": metrics["best_epoch"],
         "n_augmented": metrics["n_augmented"],
@@ -700,7 +718,7 @@ def write(result: dict[str, Any]) -> None:
                 f"| {task} | {shown} | "
                 f"{len(row['runs'])} | {m['accuracy']:.4f} | {m['mcc']:.3f} | "
                 f"{m['retention']:.2%} | {each} | {m['bundle_bytes']:,.0f} | "
-                f"{row['revision']} | {cpus(row['runs'])} |"
+                f"{revisions(row)} | {cpus(row['runs'])} |"
             )
     if "growth" in result:
         lines += ["", "Cost growth (4,000 SST-2 rows, tang over every row, one epoch, "
@@ -747,24 +765,32 @@ def cpus(runs: list[dict], vendor: bool = False) -> str:
 
 
 def label_spot(
-    x: float, y: float, high: float, below: bool, placed: list[tuple[float, ...]]
+    x: float,
+    y: float,
+    size: tuple[float, float],
+    below: bool,
+    placed: list[tuple[float, ...]],
+    right_edge: float,
 ) -> tuple[bool, bool, int]:
-    """Where the label of point (x, y), `high` score units tall and ~3.5 minutes wide,
-    goes: (right of x?, below y?, how many label heights away). The first spot, in
-    order of preference (`below` first, right before left, nearest first), that covers
-    no label in `placed`; else the preferred one. The chosen box joins `placed`.
-    13 and 15 minutes are a label's width apart, so their labels can meet."""
+    """Where the label of point (x, y), `size` (minutes wide, score units tall), goes:
+    (right of x?, below y?, how many label heights away). The first spot, in order of
+    preference (`below` first, right before left, nearest first), that covers no label
+    in `placed` and ends left of `right_edge`; else the first that ends there. The
+    chosen box joins `placed`. 13 and 15 minutes are a label's width apart on a 5-30
+    minute axis, so their labels can meet."""
+    wide, high = size
 
     def box(right: bool, down: bool, level: int) -> tuple[float, ...]:
-        x0 = x if right else x - 3.5
+        x0 = x if right else x - wide
         y0 = y - (level + 1) * high if down else y + level * high
-        return (x0, x0 + 3.5, y0, y0 + high)
+        return (x0, x0 + wide, y0, y0 + high)
 
     spots = [
         (right, down, level)
         for level in (0, 1, 2)
         for down in (below, not below)
         for right in (True, False)
+        if not right or x + wide <= right_edge
     ]
     for spot in spots:
         x0, x1, y0, y1 = box(*spot)
@@ -813,6 +839,11 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
             for share in (0.98, 0.99)
         ]  # fmt: skip
         span = 1.24 * (max(ends) - min(ends))
+        # A label is ~14% of the minute axis wide (3.5 minutes on a 5-30 axis); the
+        # axis runs 5% past the last budget (matplotlib's default margin).
+        budgets = [p[0] for (n, _), ps in series.items() if n == task for p in ps]
+        width = 1.1 * (max(budgets) - min(budgets)) or 25
+        wide, right_edge = 0.14 * width, max(budgets) + 0.05 * width
         placed: list[tuple[float, float, float, float]] = []
         for (name, load), points in sorted(series.items()):
             if name != task:
@@ -832,8 +863,8 @@ def plot_sweep(sweep: dict[str, Any], path: Path) -> None:
             for x, y, where in zip(xs, ys, [p[3] for p in points], strict=True):
                 below = y < others[x] if x in others else load != "quiet"
                 high = (where.count("\n") + 2.5) * 0.03 * (span or 1)
-                right, below, level = label_spot(x, y, high, below, placed)
-                tx = x + (0.15 if right else -0.15)
+                right, below, level = label_spot(x, y, (wide, high), below, placed, right_edge)
+                tx = x + (1 if right else -1) * 0.006 * width
                 ty = y + (-1 if below else 1) * (0.01 * span + level * high)
                 ax.annotate(f"{y:.4f}\n{where}", (x, y), xytext=(tx, ty),
                             va="top" if below else "bottom", ha="left" if right else "right",

@@ -67,7 +67,10 @@ def one_student(student: Path, out: Path) -> dict[str, Any]:
     dev = load_task(data).dev
     gold = np.array(dev.labels)
     logits: dict[str, np.ndarray] = {}
-    row: dict[str, Any] = {"student": str(student), "n_dev": len(gold)}
+    # The revision that trained it, where distill_default.py left its result beside it.
+    trained = student.parent / "result.json"
+    revision_ = json.loads(trained.read_text()).get("revision") if trained.is_file() else None
+    row: dict[str, Any] = {"student": str(student), "trained_at": revision_, "n_dev": len(gold)}
     for kind in KINDS:
         folder = out / kind
         cfg = ExportConfig(int8_embedding=kind, guard=False)  # type: ignore[arg-type]
@@ -213,7 +216,7 @@ def write(result: dict[str, Any]) -> None:
     lines += ["", "Each student (accuracy, agreement with fp32, mean abs logit error):", "",
               "| task | student | fp32 | row | tensor |", "|---|---|---|---|---|"]  # fmt: skip
     for r in result["students"]:
-        shown = "/".join(Path(r["student"]).parts[-3:-1])
+        shown = f"{Path(r['student']).parent.name} ({(r.get('trained_at') or '?')[:7]})"
         lines.append(
             f"| {r['task']} | {shown} | {r['fp32']['accuracy']:.4f} | "
             + " | ".join(

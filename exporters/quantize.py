@@ -217,15 +217,17 @@ def rowwise_embeddings(src: Path, dst: Path, exclude: Sequence[str] = ()) -> tup
     onnxruntime quantizes a Gather's table with one scale for all of it, so every row
     shares the step of the largest weight (max |w| / 127 over the table): a piece whose
     row is small keeps few levels. One scale per row gives each row its own 255 levels
-    (max |w_row| / 127 a step) for 4 bytes a row (11,319 pieces: 45 KB beside the 724 KB
-    table). Over 31 BiLSTM students (SST-2 and CoLA) it cut the int8 graph's mean |Δlogit|
-    against fp32 by 8% (CoLA 12%) and its disagreements by a third
-    (benchmarks/int8_embedding.py).
+    (max |w_row| / 127 a step) for 4 bytes a row (the default SST-2 student's 11,319
+    pieces: 45 KB beside the 724 KB table). What it does to the int8 graph's agreement
+    with fp32, its accuracy and its latency: benchmarks/results/int8_embedding.md.
 
     A table is rewritten when every use is a row lookup (a Gather on axis 0 whose node
-    is not in `exclude`); one read by anything else (a tied output layer, a branch of an
-    early-exit graph) is left to the quantizer. Return `dst` (`src` when nothing was
-    rewritten) and the names of the nodes added, which the quantizer must skip.
+    is not in `exclude`, reading the table itself or through Identity nodes, as the
+    TorchScript exporter hands a weight used twice); one read by anything else (a tied
+    output layer, a branch of an early-exit graph, a graph input or output) is left to
+    the quantizer, as is every table of a graph below opset 13 (its Unsqueeze takes no
+    axes input). Return `dst` (`src` when nothing was rewritten) and the names of the
+    nodes added, which the quantizer must skip.
     """
     import onnx
     from onnx import TensorProto, numpy_helper
@@ -233,29 +235,39 @@ def rowwise_embeddings(src: Path, dst: Path, exclude: Sequence[str] = ()) -> tup
 
     model = onnx.load(str(src))
     graph = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < 13:
+        return src, []
     floats = {
         i.name: i
         for i in graph.initializer
         if i.data_type == TensorProto.FLOAT and len(i.dims) == 2
     }
-    lookups: dict[str, list[Any]] = {}
-    other_uses: set[str] = set()
+    # Identity outputs that stand for a table (chains included): name → the table.
+    alias = {name: name for name in floats}
     for node in graph.node:
+        if node.op_type == "Identity" and node.input[0] in alias:
+            alias[node.output[0]] = alias[node.input[0]]
+    lookups: dict[str, list[Any]] = {}
+    other_uses = {alias[v.name] for v in [*graph.input, *graph.output] if v.name in alias}
+    for node in graph.node:
+        if node.op_type == "Identity" and node.input[0] in alias:
+            continue  # an alias: its readers count, not itself
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
         for k, name in enumerate(node.input):
-            if name not in floats:
+            if name not in alias:
                 continue
             if node.op_type == "Gather" and k == 0 and axis == 0 and node.name not in exclude:
-                lookups.setdefault(name, []).append(node)
+                lookups.setdefault(alias[name], []).append(node)
             else:
-                other_uses.add(name)
+                other_uses.add(alias[name])
         for attr in node.attribute:  # subgraphs (If, Loop) may read outer initializers
             for sub in _subgraphs(attr):
-                other_uses.update(_inputs_of(sub))
+                other_uses.update(alias[n] for n in _inputs_of(sub) if n in alias)
     tables = {name: nodes for name, nodes in lookups.items() if name not in other_uses}
     if not tables:
         return src, []
-    taken = {i.name for i in graph.initializer} | {o for n in graph.node for o in n.output}
+    taken = _names_in(graph)
 
     def fresh(name: str) -> str:
         while name in taken:
@@ -263,6 +275,8 @@ def rowwise_embeddings(src: Path, dst: Path, exclude: Sequence[str] = ()) -> tup
         taken.add(name)
         return name
 
+    axes = fresh("row_scale_axes")  # Unsqueeze's axes as an input (opset >= 13)
+    graph.initializer.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), axes))
     replaced: dict[int, list[Any]] = {}
     for name, nodes in tables.items():
         w = numpy_helper.to_array(floats[name])
@@ -277,8 +291,6 @@ def rowwise_embeddings(src: Path, dst: Path, exclude: Sequence[str] = ()) -> tup
         for node in nodes:
             out, ids, base = node.output[0], node.input[1], node.name or node.output[0]
             rows, cast, steps, steps1 = (fresh(f"{out}_{s}") for s in ("q", "f", "s", "s1"))
-            axes = fresh(f"{base}_row_axes")  # Unsqueeze's axes as an input: opset >= 13
-            graph.initializer.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), axes))
             replaced[id(node)] = [
                 make("Gather", [qname, ids], [rows], name=fresh(f"{base}_int8"), axis=0),
                 make("Cast", [rows], [cast], name=fresh(f"{base}_cast"), to=TensorProto.FLOAT),
@@ -286,12 +298,20 @@ def rowwise_embeddings(src: Path, dst: Path, exclude: Sequence[str] = ()) -> tup
                 make("Unsqueeze", [steps, axes], [steps1], name=fresh(f"{base}_unsqueeze")),
                 make("Mul", [cast, steps1], [out], name=fresh(f"{base}_dequantize")),
             ]
-    nodes = [new for node in graph.node for new in replaced.get(id(node), [node])]
+    # The rewritten tables, their aliases and what was said of their shapes go.
+    gone = {n for n, table in alias.items() if table in tables}
+    nodes = [
+        new
+        for node in graph.node
+        if not (node.op_type == "Identity" and node.input[0] in gone)
+        for new in replaced.get(id(node), [node])
+    ]
     del graph.node[:]
     graph.node.extend(nodes)
-    kept = [i for i in graph.initializer if i.name not in tables]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
+    for field in (graph.initializer, graph.value_info):
+        kept = [i for i in field if i.name not in gone]
+        del field[:]
+        field.extend(kept)
     onnx.save(model, str(dst))
     return dst, [n.name for added in replaced.values() for n in added]
 
@@ -312,6 +332,18 @@ def _inputs_of(graph: Any) -> set[str]:
         for attr in node.attribute:
             for sub in _subgraphs(attr):
                 names |= _inputs_of(sub)
+    return names
+
+
+def _names_in(graph: Any) -> set[str]:
+    """Every name `graph` and its subgraphs use: nodes, values, initializers."""
+    names = {v.name for v in [*graph.input, *graph.output, *graph.value_info]}
+    names |= {i.name for i in graph.initializer}
+    for node in graph.node:
+        names |= {node.name, *node.input, *node.output}
+        for attr in node.attribute:
+            for sub in _subgraphs(attr):
+                names |= _names_in(sub)
     return names
 
 

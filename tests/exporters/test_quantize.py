@@ -167,6 +167,50 @@ def test_int8_embedding_tables_read_otherwise_or_excluded_are_left_to_the_quanti
     DynamicInt8Quantizer(exclude_nodes=["embed"]).quantize(plain, tmp_path / "x.onnx")
     ids = np.array([[4, 0]], dtype=np.int64)
     np.testing.assert_array_equal(rows_of(tmp_path / "x.onnx", ids)[0], table[[4, 0]])
+    # A table that is also a graph input (a caller may feed another) stays as it is.
+    model = onnx.load(str(plain))
+    model.graph.input.append(helper.make_tensor_value_info("table", TensorProto.FLOAT, [5, 4]))
+    onnx.save(model, str(tmp_path / "fed.onnx"))
+    assert rowwise_embeddings(tmp_path / "fed.onnx", tmp_path / "f.onnx") == (
+        tmp_path / "fed.onnx",
+        [],
+    )
+
+
+def test_int8_embedding_rows_follow_a_table_read_twice_through_identity(tmp_path):
+    # A siamese encoder's second lookup reads the table through Identity nodes (the
+    # TorchScript exporter's way with a weight used twice); names the rewrite would
+    # pick are taken already, so it must pick others.
+    table = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "length"])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("a", "b")]
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["a"], name="first", axis=0),
+        helper.make_node("Identity", ["table"], ["table_again"], name="table_int8_rows"),
+        helper.make_node("Identity", ["table_again"], ["table_twice"], name="again"),
+        helper.make_node("Gather", ["table_twice", "ids"], ["b"], name="second", axis=0),
+    ]
+    inits = [
+        numpy_helper.from_array(table, "table"),
+        numpy_helper.from_array(np.zeros(2, np.float32), "table_row_scale"),
+    ]
+    graph = helper.make_graph(nodes, "twice", [ids], outs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    DynamicInt8Quantizer().quantize(tmp_path / "m.onnx", tmp_path / "q.onnx")
+    q = onnx.load(str(tmp_path / "q.onnx")).graph
+    assert {n.op_type for n in q.node} == {"Gather", "Cast", "Unsqueeze", "Mul"}
+    assert {i.name for i in q.initializer if i.data_type == TensorProto.INT8} == {
+        "table_int8_rows_"
+    }
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
+    feed = np.array([[5, 0, 2]], dtype=np.int64)
+    a, b = session.run(["a", "b"], {"ids": feed})
+    step = np.abs(table).max(axis=1) / 127
+    np.testing.assert_array_equal(a, b)
+    assert np.all(np.abs(a[0] - table[[5, 0, 2]]) <= step[[5, 0, 2], None] / 2 + 1e-7)
 
 
 def test_guard_keeps_fp32_when_int8_is_slower(tmp_path):

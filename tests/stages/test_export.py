@@ -25,6 +25,18 @@ def test_static_int8_on_a_bilstm_says_the_lstm_stays_fp32(student, tmp_path):
     assert (tmp_path / "e" / INT8).is_file() and 0 <= report["int8_drop"] <= 1
 
 
+@pytest.mark.parametrize("embedding", ["row", "tensor"])
+def test_int8_embedding_reaches_the_quantizer_and_its_report(student, tmp_path, embedding):
+    import onnx
+
+    cfg = ExportConfig(guard=False, **({} if embedding == "row" else {"int8_embedding": embedding}))
+    report = run_export(cfg, student, tmp_path / "e")
+    assert report["models"]["int8"]["quantizer"]["embedding"] == embedding
+    graph = onnx.load(str(tmp_path / "e" / INT8)).graph
+    per_row = [i for i in graph.initializer if i.name.endswith("_row_scale")]
+    assert len(per_row) == (1 if embedding == "row" else 0)
+
+
 def test_guard_refuses_int8_that_is_slower_and_ships_fp32(student, tmp_path, monkeypatch):
     import edgekd.exporters.guard as guard
 
