@@ -175,7 +175,7 @@ def main() -> None:
     cfg = DistillConfig(teacher=str(TEACHER))
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "teacher"
-        fp32_path = export_teacher(str(TEACHER), folder)
+        fp32_path = export_teacher(str(TEACHER), folder, first_token=True)  # as labellers are
         nodes = list(onnx.load(str(fp32_path), load_external_data=False).graph.node)
 
         def predictor(path: Path, batch: int = cfg.teacher_batch_size) -> OnnxPredictor:

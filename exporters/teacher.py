@@ -23,13 +23,19 @@ from edgekd.threads import core_share
 
 
 def export_teacher(
-    name_or_path: str, out_dir: str | Path, opset: int | None = None, states: bool = False
+    name_or_path: str,
+    out_dir: str | Path,
+    opset: int | None = None,
+    states: bool = False,
+    first_token: bool = False,
 ) -> Path:
     """Write an optimum ONNX folder (model.onnx, config, tokenizer); return model.onnx.
 
     `opset=None` lets optimum pick the opset it recommends for the architecture.
     `states`: the graph also outputs `hidden`, the last layer's token states (for
     `token_states`), through `torch.onnx.export` as for a pooled teacher.
+    `first_token` (the labellers'): where the logits read the last layer's first token
+    alone (`first_token_model`), that layer runs for it alone; the same logits, faster.
     """
     from optimum.exporters.onnx import main_export
     from transformers import AutoConfig
@@ -38,8 +44,17 @@ def export_teacher(
 
     with atomic_dir(out_dir) as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        config = AutoConfig.from_pretrained(name_or_path)
+        pruned = None
+        if first_token and not states and not is_pooled(config):
+            model, tokenizer = load_teacher(name_or_path)
+            pruned = first_token_model(model, tokenizer)
+        if pruned is not None:
+            export_torch(pruned, tokenizer, tmp / MODEL_FILES["fp32"], opset or 17)
+            model.config.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
         # Not an optimum architecture, or outputs optimum's classification export lacks.
-        if states or is_pooled(AutoConfig.from_pretrained(name_or_path)):
+        elif states or is_pooled(config):
             model, tokenizer = load_teacher(name_or_path)
             export_torch(model.float(), tokenizer, tmp / MODEL_FILES["fp32"], opset or 17, states)
             model.config.save_pretrained(tmp)
@@ -53,6 +68,79 @@ def export_teacher(
 
 # |ONNX − PyTorch| allowed on the teacher's logits and states (optimum's own default atol).
 POOLED_ATOL = 1e-4
+# Rows a rewritten or exported teacher is checked on: short, longer, and padded beside.
+CHECK_TEXTS = ["a short one", "a somewhat longer text, with a second clause to pad the others"]
+
+
+def first_token_model(model: Any, tokenizer: Any) -> Any | None:
+    """`model` with its last layer run for the first token alone, where its logits read
+    nothing else: a BERT classifier (`BertForSequenceClassification`: the pooler reads
+    the last layer's [CLS] state, and only it). None for any other model, or when the
+    two disagree past `POOLED_ATOL` on a few rows.
+
+    Every other position's last-layer attention output and FFN is computed and dropped
+    by the full graph. Here the last layer's keys and values still come from every
+    position (the [CLS] query attends to them all), but its query, attention output,
+    FFN and layer norms run for [CLS] alone: per token, 2 of the layer's 12·d² multiply-
+    adds (keys and values; the query, output and FFN make the other 10), so a 6-layer
+    teacher does ~5.2 layers' work. On the reference teacher (SST-2 candidates, one
+    single-thread session per core) int8 labelled 1,890 rows/s against 1,599 and fp32
+    935 against 800 (benchmarks/NOTES.md, "## labelling_margin.py").
+    """
+    import types
+
+    import torch
+
+    config = model.config
+    if (
+        type(model).__name__ != "BertForSequenceClassification"
+        or getattr(config, "position_embedding_type", "absolute") != "absolute"
+        or config.is_decoder
+        or getattr(config, "add_cross_attention", False)
+    ):
+        return None
+    bert, head, dropout = model.bert, model.classifier, model.dropout
+
+    class FirstToken(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(
+            self,
+            input_ids: Any,
+            attention_mask: Any,
+            token_type_ids: Any = None,
+            output_hidden_states: bool = False,
+        ) -> Any:
+            h = bert.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+            # Padding as BERT's extended mask makes it: the dtype's lowest value added.
+            added = (1.0 - attention_mask[:, None, None, :].to(h.dtype)) * torch.finfo(h.dtype).min
+            for layer in bert.encoder.layer[:-1]:
+                h = layer(h, attention_mask=added)[0]
+            last = bert.encoder.layer[-1]
+            attend = last.attention.self
+            n, d = attend.num_attention_heads, attend.attention_head_size
+
+            def heads(x: Any) -> Any:  # (batch, length, n·d) → (batch, n, length, d)
+                return x.view(x.size(0), -1, n, d).transpose(1, 2)
+
+            q = heads(attend.query(h[:, :1]))
+            k, v = heads(attend.key(h)), heads(attend.value(h))
+            probs = torch.softmax(q @ k.transpose(-1, -2) * d**-0.5 + added, dim=-1)
+            context = (probs @ v).transpose(1, 2).reshape(h.size(0), 1, n * d)
+            first = last.attention.output(context, h[:, :1])
+            first = last.output(last.intermediate(first), first)
+            logits = head(dropout(bert.pooler(first)))
+            return types.SimpleNamespace(logits=logits)
+
+    pruned = FirstToken().eval()
+    texts = [*CHECK_TEXTS, CHECK_TEXTS[1] + " and more" * 20]
+    feed = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        want = model(**feed).logits
+        got = pruned(**feed).logits
+    return pruned if float((want - got).abs().max()) <= POOLED_ATOL else None
 
 
 def export_torch(model: Any, tokenizer: Any, path: Path, opset: int, states: bool = False) -> float:
@@ -65,7 +153,7 @@ def export_torch(model: Any, tokenizer: Any, path: Path, opset: int, states: boo
 
     from edgekd.errors import EdgeKDError
 
-    texts = ["a short one", "a somewhat longer text, with a second clause to pad the others"]
+    texts = CHECK_TEXTS
     enc = tokenizer(texts, padding=True, return_tensors="pt")
     names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in enc]
     outputs = ["logits", "hidden"] if states else ["logits"]
@@ -172,7 +260,7 @@ class OnnxLabelers:
             fp32, int8 = self.folder / MODEL_FILES["fp32"], self.folder / MODEL_FILES["int8"]
             if not fp32.is_file():
                 with console.status(f"exporting {self.name} to ONNX for labelling"):
-                    export_teacher(self.name, self.folder, states=self.states)
+                    export_teacher(self.name, self.folder, states=self.states, first_token=True)
             if kind == "int8" and not int8.is_file():
                 tmp = self.folder / f".model.int8.onnx.tmp-{os.getpid()}"
                 # onnxruntime's one scale per embedding table, not the students' one per

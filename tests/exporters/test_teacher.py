@@ -87,3 +87,65 @@ def test_onnx_labelers_call_the_teacher_with_the_configs_batch_size(tmp_path, mo
         (labelers.folder / teacher.MODEL_FILES["fp32"]).touch()
         labelers.predictor("fp32")
         assert asked[-1]["batch_size"] == (size or 64)
+
+
+def test_first_token_teacher_runs_its_last_layer_for_cls_alone_to_the_same_logits(
+    tiny_teacher, tmp_path, monkeypatch
+):
+    import numpy as np
+    import torch
+
+    from edgekd.distill.teacher import load_teacher, teacher_logits
+    from edgekd.students.predict import OnnxPredictor
+
+    model, tok = load_teacher(str(tiny_teacher))
+    pruned = teacher.first_token_model(model, tok)
+    assert pruned is not None
+    widths = []
+    last = model.bert.encoder.layer[-1]
+    hook = last.intermediate.register_forward_hook(lambda m, i, o: widths.append(i[0].shape[1]))
+    feed = tok(["good film", "a bad and dull film indeed"], padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        pruned(**feed)
+        model(**feed)
+    hook.remove()
+    assert widths == [1, feed["input_ids"].shape[1]]  # the FFN: [CLS] alone, then every token
+    # Exported for the labellers, not through optimum, to the classifier's own logits.
+    import optimum.exporters.onnx as optimum_onnx
+
+    monkeypatch.setattr(optimum_onnx, "main_export", lambda *a, **k: 1 / 0)
+    path = teacher.export_teacher(str(tiny_teacher), tmp_path / "onnx", first_token=True)
+    texts = ["good film", "a bad and dull film indeed", "films", "x y z good the " * 9]
+    got = OnnxPredictor(path).logits(texts)
+    assert np.abs(got - teacher_logits(model, tok, texts)).max() < teacher.POOLED_ATOL
+
+
+def test_first_token_teacher_is_refused_where_the_logits_may_read_other_tokens(
+    tiny_teacher, monkeypatch
+):
+    from edgekd.distill.teacher import load_teacher
+
+    model, tok = load_teacher(str(tiny_teacher))
+    model.config.position_embedding_type = "relative_key"  # attention reads positions
+    assert teacher.first_token_model(model, tok) is None
+    model.config.position_embedding_type = "absolute"
+    monkeypatch.setattr(teacher, "POOLED_ATOL", -1.0)  # any difference at all: refused
+    assert teacher.first_token_model(model, tok) is None
+    assert teacher.first_token_model(model.bert, tok) is None  # not a classifier
+
+
+def test_onnx_labelers_export_the_first_token_teacher(tmp_path, monkeypatch):
+    asked = []
+
+    def export(name, folder, **options):
+        asked.append(options)
+        folder.mkdir(parents=True)
+        (folder / teacher.MODEL_FILES["fp32"]).touch()
+
+    monkeypatch.setattr(teacher, "export_teacher", export)
+    monkeypatch.setattr(teacher, "OnnxPredictor", lambda path, **kw: path)
+    labelers = teacher.OnnxLabelers(
+        DistillConfig(teacher="t", cache_dir=str(tmp_path)), "t", "f" * 64
+    )
+    labelers.predictor("fp32")
+    assert asked == [{"states": False, "first_token": True}]
