@@ -2,7 +2,7 @@
 and int8 teachers with parts left in fp32, on the rows a run labels most.
 
     python benchmarks/labelling_margin.py [--rows 4000] [--splits 50] [--repeats 3]
-        [--keep none lookups ...] [--batches 8 64]
+        [--keep none lookups ...] [--batches 8 64] [--whole]
 
 Rows: a seeded sample of SST-2's augmented candidates, made by the default augmentation
 (`tang`) from a seeded sample of the texts a run varies (`augment.sources: maximal`, the
@@ -15,9 +15,11 @@ on average against 21, labelled ~1.7× faster (int8 ~1,540 rows/s against ~900 i
 
 Labellers, each as edgekd runs it (one single-thread onnxruntime session per core, rows
 in length-sorted batches of `teacher_batch_size`; PyTorch through `teacher_logits`):
-the reference teacher in PyTorch fp32, its fp32 ONNX (the reference every agreement is
-against), its dynamic int8 ONNX as `auto` quantizes it, and the same int8 with parts
-kept in fp32 (`KEEP`: the lookups, the classifier, each layer's FFN output). Rows/s is
+the reference teacher in PyTorch fp32, its fp32 ONNX as the labellers export it (its
+last layer run for [CLS] alone; the reference every agreement is against), its dynamic
+int8 ONNX as `auto` quantizes it, with `--whole` both ONNX labellers of the whole
+graph, and the same int8 with parts kept in fp32 (`KEEP`: the lookups, the classifier,
+each layer's FFN output). Rows/s is
 the median of `--repeats` passes over the rows, the labellers interleaved pass by pass.
 `--batches`: PyTorch, fp32 and int8 also label in calls of those sizes (the call size
 side by side; an int8 labeller's close calls are then relabelled by the fp32 of its
@@ -146,6 +148,11 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--keep", nargs="+", choices=list(KEEP), default=list(KEEP))
     p.add_argument(
+        "--whole", action="store_true",
+        help="Also label with the teacher's whole graph (fp32 and int8), its last layer run "
+        "for every token as before `first_token`: the pruning measured side by side.",
+    )  # fmt: skip
+    p.add_argument(
         "--batches", type=int, nargs="*", default=[],
         help="Also label in calls of these sizes (PyTorch, fp32 and int8), interleaved with "
         "the rest: the call size measured side by side.",
@@ -200,6 +207,13 @@ def main() -> None:
             )
             labellers[label] = lambda q=predictor(path): q.logits(rows)
             fp32_of[label] = "fp32"
+        if args.whole:  # the graph before `first_token`: every token through the last layer
+            whole_fp32 = export_teacher(str(TEACHER), Path(tmp) / "whole")
+            whole_int8 = whole_fp32.with_name("model.int8.onnx")
+            DynamicInt8Quantizer(embedding="tensor").quantize(whole_fp32, whole_int8)
+            labellers["fp32, whole last layer"] = lambda q=predictor(whole_fp32): q.logits(rows)
+            labellers["int8, whole last layer"] = lambda q=predictor(whole_int8): q.logits(rows)
+            fp32_of["int8, whole last layer"] = "fp32, whole last layer"
         if args.batches:
             int8_path = folder / "model.int8-calls.onnx"
             DynamicInt8Quantizer(embedding="tensor").quantize(fp32_path, int8_path)
