@@ -150,7 +150,8 @@ def main() -> None:
     p.add_argument(
         "--whole", action="store_true",
         help="Also label with the teacher's whole graph (fp32 and int8), its last layer run "
-        "for every token as before `first_token`: the pruning measured side by side.",
+        "for every token as before `first_token`, exported by optimum (as it was) and by "
+        "torch.onnx (as the first-token graph is): the pruning measured side by side.",
     )  # fmt: skip
     p.add_argument(
         "--batches", type=int, nargs="*", default=[],
@@ -166,11 +167,12 @@ def main() -> None:
 
     import onnx
 
+    from edgekd.artifacts import MODEL_FILES
     from edgekd.config import DistillConfig
     from edgekd.distill.labeling import CALIBRATION_ROWS, SPARE_RULES, margins
     from edgekd.distill.teacher import load_teacher, teacher_logits
     from edgekd.exporters.quantize import DynamicInt8Quantizer
-    from edgekd.exporters.teacher import export_teacher
+    from edgekd.exporters.teacher import export_teacher, export_torch
     from edgekd.students.predict import OnnxPredictor
     from edgekd.threads import core_share
 
@@ -207,13 +209,22 @@ def main() -> None:
             )
             labellers[label] = lambda q=predictor(path): q.logits(rows)
             fp32_of[label] = "fp32"
-        if args.whole:  # the graph before `first_token`: every token through the last layer
-            whole_fp32 = export_teacher(str(TEACHER), Path(tmp) / "whole")
-            whole_int8 = whole_fp32.with_name("model.int8.onnx")
-            DynamicInt8Quantizer(embedding="tensor").quantize(whole_fp32, whole_int8)
-            labellers["fp32, whole last layer"] = lambda q=predictor(whole_fp32): q.logits(rows)
-            labellers["int8, whole last layer"] = lambda q=predictor(whole_int8): q.logits(rows)
-            fp32_of["int8, whole last layer"] = "fp32, whole last layer"
+        if args.whole:  # every token through the last layer, as before `first_token`
+            # Through optimum (the whole graph labellers had), and through torch.onnx as
+            # the first-token graph is: the pruning alone is the second pair's ratio.
+            whole = {"optimum": export_teacher(str(TEACHER), Path(tmp) / "whole")}
+            whole["torch.onnx"] = Path(tmp) / "whole-torch" / MODEL_FILES["fp32"]
+            whole["torch.onnx"].parent.mkdir()
+            export_torch(model, tok, whole["torch.onnx"], 17)
+            model.config.save_pretrained(whole["torch.onnx"].parent)
+            tok.save_pretrained(whole["torch.onnx"].parent)
+            for how, path in whole.items():
+                int8_whole = path.with_name("model.int8.onnx")
+                DynamicInt8Quantizer(embedding="tensor").quantize(path, int8_whole)
+                f, i = f"fp32, whole graph ({how})", f"int8, whole graph ({how})"
+                labellers[f] = lambda q=predictor(path): q.logits(rows)
+                labellers[i] = lambda q=predictor(int8_whole): q.logits(rows)
+                fp32_of[i] = f
         if args.batches:
             int8_path = folder / "model.int8-calls.onnx"
             DynamicInt8Quantizer(embedding="tensor").quantize(fp32_path, int8_path)

@@ -45,18 +45,18 @@ def export_teacher(
     with atomic_dir(out_dir) as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         config = AutoConfig.from_pretrained(name_or_path)
-        pruned = None
-        if first_token and not states and not is_pooled(config):
+        path = tmp / MODEL_FILES["fp32"]
+        pruned = False
+        if first_token and not states and FIRST_TOKEN in (config.architectures or []):
             model, tokenizer = load_teacher(name_or_path)
-            pruned = first_token_model(model, tokenizer)
-        if pruned is not None:
-            export_torch(pruned, tokenizer, tmp / MODEL_FILES["fp32"], opset or 17)
+            pruned = export_first_token(model, tokenizer, path, opset or 17)
+        if pruned:
             model.config.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
         # Not an optimum architecture, or outputs optimum's classification export lacks.
         elif states or is_pooled(config):
             model, tokenizer = load_teacher(name_or_path)
-            export_torch(model.float(), tokenizer, tmp / MODEL_FILES["fp32"], opset or 17, states)
+            export_torch(model.float(), tokenizer, path, opset or 17, states)
             model.config.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
         else:
@@ -68,8 +68,30 @@ def export_teacher(
 
 # |ONNX − PyTorch| allowed on the teacher's logits and states (optimum's own default atol).
 POOLED_ATOL = 1e-4
-# Rows a rewritten or exported teacher is checked on: short, longer, and padded beside.
+# Rows a rewritten or exported teacher is checked on: short, longer, and padded beside;
+# then one of them alone, and a long one.
 CHECK_TEXTS = ["a short one", "a somewhat longer text, with a second clause to pad the others"]
+LONG_TEXT = CHECK_TEXTS[1] + " and more" * 20
+# The architecture whose logits read the last layer's first token alone (its pooler).
+FIRST_TOKEN = "BertForSequenceClassification"
+
+
+def export_first_token(model: Any, tokenizer: Any, path: Path, opset: int) -> bool:
+    """Export `first_token_model(model)` to `path`; False where there is none or it does
+    not export (the caller then exports the whole graph), saying why on the console."""
+    why = "its last layer for [CLS] alone did not give its logits"
+    try:
+        first = first_token_model(model, tokenizer)
+        if first is not None:
+            export_torch(first, tokenizer, path, opset)
+            return True
+    # A speed-up only: whatever stops it (a tokenizer without an attention mask, a check
+    # past POOLED_ATOL), the whole graph is the labeller it was before.
+    except Exception as e:
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+    path.unlink(missing_ok=True)
+    console.print(f"labelling with the whole teacher graph: {why}")
+    return False
 
 
 def first_token_model(model: Any, tokenizer: Any) -> Any | None:
@@ -83,9 +105,8 @@ def first_token_model(model: Any, tokenizer: Any) -> Any | None:
     position (the [CLS] query attends to them all), but its query, attention output,
     FFN and layer norms run for [CLS] alone: per token, 2 of the layer's 12·d² multiply-
     adds (keys and values; the query, output and FFN make the other 10), so a 6-layer
-    teacher does ~5.2 layers' work. On the reference teacher (SST-2 candidates, one
-    single-thread session per core) int8 labelled 1,890 rows/s against 1,599 and fp32
-    935 against 800 (benchmarks/NOTES.md, "## labelling_margin.py").
+    teacher does ~5.2 layers' work. What it buys the labellers, side by side with the
+    whole graph: benchmarks/results/labelling_margin.md (`--whole`).
     """
     import types
 
@@ -93,7 +114,7 @@ def first_token_model(model: Any, tokenizer: Any) -> Any | None:
 
     config = model.config
     if (
-        type(model).__name__ != "BertForSequenceClassification"
+        type(model).__name__ != FIRST_TOKEN
         or getattr(config, "position_embedding_type", "absolute") != "absolute"
         or config.is_decoder
         or getattr(config, "add_cross_attention", False)
@@ -135,7 +156,7 @@ def first_token_model(model: Any, tokenizer: Any) -> Any | None:
             return types.SimpleNamespace(logits=logits)
 
     pruned = FirstToken().eval()
-    texts = [*CHECK_TEXTS, CHECK_TEXTS[1] + " and more" * 20]
+    texts = [*CHECK_TEXTS, LONG_TEXT]
     feed = tokenizer(texts, padding=True, return_tensors="pt")
     with torch.inference_mode():
         want = model(**feed).logits
@@ -180,7 +201,7 @@ def export_torch(model: Any, tokenizer: Any, path: Path, opset: int, states: boo
         )  # fmt: skip
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         worst = 0.0
-        for batch in (texts, texts[:1], [texts[1] + " and more" * 20]):
+        for batch in (texts, texts[:1], [LONG_TEXT]):
             feed = tokenizer(batch, padding=True, return_tensors="pt")
             want = reference(**{n: feed[n] for n in names})
             got = session.run(outputs, {n: feed[n].numpy() for n in names})

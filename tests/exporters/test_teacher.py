@@ -1,6 +1,9 @@
 """The teacher's ONNX labellers (`edgekd.exporters.teacher`): where they are exported."""
 
 import importlib.metadata as md
+from pathlib import Path
+
+import pytest
 
 from edgekd.config import DistillConfig
 from edgekd.exporters import teacher
@@ -114,7 +117,15 @@ def test_first_token_teacher_runs_its_last_layer_for_cls_alone_to_the_same_logit
     import optimum.exporters.onnx as optimum_onnx
 
     monkeypatch.setattr(optimum_onnx, "main_export", lambda *a, **k: 1 / 0)
+    exported = []
+    real = teacher.export_torch
+    monkeypatch.setattr(
+        teacher,
+        "export_torch",
+        lambda m, *a, **k: exported.append(type(m).__name__) or real(m, *a, **k),
+    )
     path = teacher.export_teacher(str(tiny_teacher), tmp_path / "onnx", first_token=True)
+    assert exported == ["FirstToken"]
     texts = ["good film", "a bad and dull film indeed", "films", "x y z good the " * 9]
     got = OnnxPredictor(path).logits(texts)
     assert np.abs(got - teacher_logits(model, tok, texts)).max() < teacher.POOLED_ATOL
@@ -149,3 +160,39 @@ def test_onnx_labelers_export_the_first_token_teacher(tmp_path, monkeypatch):
     )
     labelers.predictor("fp32")
     assert asked == [{"states": False, "first_token": True}]
+
+
+@pytest.mark.parametrize("stop", ["none", "raises"])
+def test_first_token_teacher_falls_back_to_the_whole_graph(
+    tiny_teacher, tmp_path, monkeypatch, capsys, stop
+):
+    import optimum.exporters.onnx as optimum_onnx
+
+    def refuse(model, tokenizer):
+        if stop == "raises":
+            raise RuntimeError("no attention mask here")
+        return None
+
+    whole = []
+
+    def main_export(name, folder, **options):
+        whole.append(name)
+        (Path(folder) / teacher.MODEL_FILES["fp32"]).write_bytes(b"onnx")
+
+    monkeypatch.setattr(teacher, "first_token_model", refuse)
+    monkeypatch.setattr(optimum_onnx, "main_export", main_export)
+    path = teacher.export_teacher(str(tiny_teacher), tmp_path / "onnx", first_token=True)
+    assert whole == [str(tiny_teacher)] and path.read_bytes() == b"onnx"
+    said = "".join(capsys.readouterr())
+    assert "labelling with the whole teacher graph" in said
+    assert ("no attention mask here" in said) == (stop == "raises")
+
+
+def test_first_token_is_not_asked_of_a_teacher_exported_with_its_states(tiny_teacher, tmp_path):
+    import onnx
+
+    path = teacher.export_teacher(
+        str(tiny_teacher), tmp_path / "onnx", states=True, first_token=True
+    )
+    outputs = [o.name for o in onnx.load(str(path)).graph.output]
+    assert outputs == ["logits", "hidden"]  # every token's last-layer state: no pruning
