@@ -79,7 +79,7 @@ FIRST_TOKEN = "BertForSequenceClassification"
 def export_first_token(model: Any, tokenizer: Any, path: Path, opset: int) -> bool:
     """Export `first_token_model(model)` to `path`; False where there is none or it does
     not export (the caller then exports the whole graph), saying why on the console."""
-    why = "its last layer for [CLS] alone did not give its logits"
+    why = "its last layer for [CLS] alone is not known to give its logits here"
     try:
         first = first_token_model(model, tokenizer)
         if first is not None:
