@@ -26,13 +26,12 @@ import json
 import platform
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import smoke  # benchmarks/ is on the path of its own scripts
-from distill_default import cpu, revision
+from distill_default import SMALL, cpu, edgekd, revision
 
 REPO = Path(__file__).resolve().parents[1]
 WORK = smoke.runs_dir(REPO / "runs" / "bench-int8-embedding")
@@ -43,12 +42,12 @@ def default_student(shared: Path) -> Path:
     """One SST-2 student by the README's command (5 minutes; smoke: 200 rows, 1 epoch)."""
     out = WORK / "sst2-student"
     if not (out / "metrics.json").is_file():
-        small = ["--max-train", str(smoke.ROWS), "--epochs", "1"] if smoke.SMOKE else []
         budget = [] if smoke.SMOKE else ["--time-budget", "5"]
         subprocess.run(
-            [sys.executable, "-m", "edgekd", "distill", "--student", "bilstm", "--teacher",
-             str(shared / "models" / "sst2-minilm-teacher"), "--data",
-             str(shared / "data" / "sst2"), "--out", str(out), "--overwrite", *budget, *small],
+            edgekd("distill", "--student", "bilstm", "--teacher",
+                   str(shared / "models" / "sst2-minilm-teacher"), "--data",
+                   str(shared / "data" / "sst2"), "--out", str(out), "--overwrite",
+                   *budget, *SMALL),
             check=True, cwd=REPO,
         )  # fmt: skip
     return out
