@@ -10,7 +10,7 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -47,7 +47,7 @@ def export_teacher(
         config = AutoConfig.from_pretrained(name_or_path)
         path = tmp / MODEL_FILES["fp32"]
         pruned = False
-        if first_token and not states and FIRST_TOKEN in (config.architectures or []):
+        if first_token and not states and FIRST_TOKEN & set(config.architectures or []):
             model, tokenizer = load_teacher(name_or_path)
             pruned = export_first_token(model, tokenizer, path, opset or 17)
         if pruned:
@@ -72,8 +72,20 @@ POOLED_ATOL = 1e-4
 # then one of them alone, and a long one.
 CHECK_TEXTS = ["a short one", "a somewhat longer text, with a second clause to pad the others"]
 LONG_TEXT = CHECK_TEXTS[1] + " and more" * 20
-# The architecture whose logits read the last layer's first token alone (its pooler).
-FIRST_TOKEN = "BertForSequenceClassification"
+# The classifiers whose logits read the last layer's first token alone: BERT's pooler,
+# the heads of the RoBERTa family and ELECTRA (`features[:, 0, :]`), DistilBERT's
+# `hidden_state[:, 0]`. Their layers are BERT's (query/key/value, attention output,
+# intermediate, output) but for DistilBERT's (q_lin/k_lin/v_lin/out_lin, ffn).
+FIRST_TOKEN = frozenset(
+    {
+        "BertForSequenceClassification",
+        "RobertaForSequenceClassification",
+        "XLMRobertaForSequenceClassification",
+        "CamembertForSequenceClassification",
+        "ElectraForSequenceClassification",
+        "DistilBertForSequenceClassification",
+    }
+)
 
 
 def export_first_token(model: Any, tokenizer: Any, path: Path, opset: int) -> bool:
@@ -96,17 +108,18 @@ def export_first_token(model: Any, tokenizer: Any, path: Path, opset: int) -> bo
 
 def first_token_model(model: Any, tokenizer: Any) -> Any | None:
     """`model` with its last layer run for the first token alone, where its logits read
-    nothing else: a BERT classifier (`BertForSequenceClassification`: the pooler reads
-    the last layer's [CLS] state, and only it). None for any other model, or when the
-    two disagree past `POOLED_ATOL` on a few rows.
+    nothing else (a classifier of `FIRST_TOKEN`: its head reads the last layer's first
+    state, and only it). None for any other model, or when the two disagree past
+    `POOLED_ATOL` on a few rows: the check, not the architecture's name, is what lets a
+    pruned graph label.
 
     Every other position's last-layer attention output and FFN is computed and dropped
     by the full graph. Here the last layer's keys and values still come from every
-    position (the [CLS] query attends to them all), but its query, attention output,
-    FFN and layer norms run for [CLS] alone: per token, 2 of the layer's 12·d² multiply-
-    adds (keys and values; the query, output and FFN make the other 10), so a 6-layer
-    teacher does ~5.2 layers' work. What it buys the labellers, side by side with the
-    whole graph: benchmarks/results/labelling_margin.md (`--whole`).
+    position (the first token's query attends to them all), but its query, attention
+    output, FFN and layer norms run for that token alone: per token, 2 of the layer's
+    12·d² multiply-adds (keys and values; the query, output and FFN make the other 10),
+    so a 6-layer teacher does ~5.2 layers' work. What it buys the labellers, side by
+    side with the whole graph: benchmarks/results/labelling_margin.md (`--whole`).
     """
     import types
 
@@ -114,13 +127,13 @@ def first_token_model(model: Any, tokenizer: Any) -> Any | None:
 
     config = model.config
     if (
-        type(model).__name__ != FIRST_TOKEN
+        type(model).__name__ not in FIRST_TOKEN
         or getattr(config, "position_embedding_type", "absolute") != "absolute"
-        or config.is_decoder
+        or getattr(config, "is_decoder", False)
         or getattr(config, "add_cross_attention", False)
     ):
         return None
-    bert, head, dropout = model.bert, model.classifier, model.dropout
+    parts = _distilbert_parts(model) if hasattr(model, "distilbert") else _bert_parts(model)
 
     class FirstToken(torch.nn.Module):
         def __init__(self) -> None:
@@ -134,26 +147,12 @@ def first_token_model(model: Any, tokenizer: Any) -> Any | None:
             token_type_ids: Any = None,
             output_hidden_states: bool = False,
         ) -> Any:
-            h = bert.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
-            # Padding as BERT's extended mask makes it: the dtype's lowest value added.
+            h = parts.embed(input_ids, token_type_ids)
+            # Padding as the models' extended mask makes it: the dtype's lowest value added.
             added = (1.0 - attention_mask[:, None, None, :].to(h.dtype)) * torch.finfo(h.dtype).min
-            for layer in bert.encoder.layer[:-1]:
-                h = layer(h, attention_mask=added)[0]
-            last = bert.encoder.layer[-1]
-            attend = last.attention.self
-            n, d = attend.num_attention_heads, attend.attention_head_size
-
-            def heads(x: Any) -> Any:  # (batch, length, n·d) → (batch, n, length, d)
-                return x.view(x.size(0), -1, n, d).transpose(1, 2)
-
-            q = heads(attend.query(h[:, :1]))
-            k, v = heads(attend.key(h)), heads(attend.value(h))
-            probs = torch.softmax(q @ k.transpose(-1, -2) * d**-0.5 + added, dim=-1)
-            context = (probs @ v).transpose(1, 2).reshape(h.size(0), 1, n * d)
-            first = last.attention.output(context, h[:, :1])
-            first = last.output(last.intermediate(first), first)
-            logits = head(dropout(bert.pooler(first)))
-            return types.SimpleNamespace(logits=logits)
+            for layer in parts.layers[:-1]:
+                h = parts.run(layer, h, attention_mask, added)
+            return types.SimpleNamespace(logits=parts.head(parts.last(h, added)))
 
     pruned = FirstToken().eval()
     texts = [*CHECK_TEXTS, LONG_TEXT]
@@ -162,6 +161,92 @@ def first_token_model(model: Any, tokenizer: Any) -> Any | None:
         want = model(**feed).logits
         got = pruned(**feed).logits
     return pruned if float((want - got).abs().max()) <= POOLED_ATOL else None
+
+
+def _first_attention(q: Any, k: Any, v: Any, n: int, added: Any) -> Any:
+    """Attention of the first token's query `q` (batch, 1, n·d) over keys `k` and values
+    `v` (batch, length, n·d), `n` heads, padding masked by `added`: (batch, 1, n·d)."""
+    import torch
+
+    d = q.size(-1) // n
+
+    def heads(x: Any) -> Any:  # (batch, length, n·d) → (batch, n, length, d)
+        return x.view(x.size(0), -1, n, d).transpose(1, 2)
+
+    probs = torch.softmax(heads(q) @ heads(k).transpose(-1, -2) * d**-0.5 + added, dim=-1)
+    return (probs @ heads(v)).transpose(1, 2).reshape(q.size(0), 1, n * d)
+
+
+class FirstTokenParts(NamedTuple):
+    """What `first_token_model` runs of a classifier, in order."""
+
+    embed: Callable[[Any, Any], Any]  # (input_ids, token_type_ids) → states
+    layers: Sequence[Any]  # the encoder's layers; all but the last run whole
+    run: Callable[[Any, Any, Any, Any], Any]  # (layer, states, 0/1 mask, added mask) → states
+    last: Callable[[Any, Any], Any]  # (states, added mask) → the first token's last state
+    head: Callable[[Any], Any]  # (batch, 1, width) → logits
+
+
+def _bert_parts(model: Any) -> FirstTokenParts:
+    """The parts of a classifier on BERT's layers: BERT, the RoBERTa family, ELECTRA."""
+    base = model.base_model
+    project = getattr(base, "embeddings_project", None)  # ELECTRA's embedding width
+
+    def embed(input_ids: Any, token_type_ids: Any) -> Any:
+        h = base.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+        return h if project is None else project(h)
+
+    def run(layer: Any, h: Any, mask: Any, added: Any) -> Any:
+        return layer(h, attention_mask=added)[0]
+
+    def last(h: Any, added: Any) -> Any:
+        layer = base.encoder.layer[-1]
+        attend = layer.attention.self
+        context = _first_attention(
+            attend.query(h[:, :1]), attend.key(h), attend.value(h),
+            attend.num_attention_heads, added,
+        )  # fmt: skip
+        first = layer.attention.output(context, h[:, :1])
+        return layer.output(layer.intermediate(first), first)
+
+    if type(model).__name__ == "BertForSequenceClassification":
+
+        def head(first: Any) -> Any:  # the pooler reads [CLS]; dropout is off in eval
+            return model.classifier(model.dropout(base.pooler(first)))
+
+    else:
+        head = model.classifier  # reads `features[:, 0, :]` of its input
+    return FirstTokenParts(embed, base.encoder.layer, run, last, head)
+
+
+def _distilbert_parts(model: Any) -> FirstTokenParts:
+    """The same five parts of a `DistilBertForSequenceClassification`."""
+    import torch
+
+    base = model.distilbert
+    # Its eager attention takes the 0/1 mask; sdpa the additive one the model builds.
+    eager = getattr(model.config, "_attn_implementation", "eager") == "eager"
+
+    def embed(input_ids: Any, token_type_ids: Any) -> Any:
+        return base.embeddings(input_ids)
+
+    def run(layer: Any, h: Any, mask: Any, added: Any) -> Any:
+        return layer(h, attn_mask=mask if eager else added)[-1]
+
+    def last(h: Any, added: Any) -> Any:
+        layer = base.transformer.layer[-1]
+        attend = layer.attention
+        context = _first_attention(
+            attend.q_lin(h[:, :1]), attend.k_lin(h), attend.v_lin(h), attend.n_heads, added
+        )
+        first = layer.sa_layer_norm(attend.out_lin(context) + h[:, :1])
+        return layer.output_layer_norm(layer.ffn(first) + first)
+
+    def head(first: Any) -> Any:
+        pooled = torch.relu(model.pre_classifier(first[:, 0]))
+        return model.classifier(model.dropout(pooled))
+
+    return FirstTokenParts(embed, base.transformer.layer, run, last, head)
 
 
 def export_torch(model: Any, tokenizer: Any, path: Path, opset: int, states: bool = False) -> float:

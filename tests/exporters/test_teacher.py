@@ -131,6 +131,112 @@ def test_first_token_teacher_runs_its_last_layer_for_cls_alone_to_the_same_logit
     assert np.abs(got - teacher_logits(model, tok, texts)).max() < teacher.POOLED_ATOL
 
 
+# The classifiers `first_token_model` prunes, by family: BERT's layers (BERT, the
+# RoBERTa family, ELECTRA with its narrower embeddings) and DistilBERT's in both attentions.
+FAMILIES = [
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "camembert",
+    "electra",
+    "distilbert",
+    "distilbert-sdpa",
+]
+
+
+def family_classifier(family: str, vocab: Path):
+    """A 2-layer, 3-label classifier of `family` on the tiny teacher's WordPiece vocabulary,
+    and its tokenizer. Initialised at 0.3 (not 0.02), so that its logits move by whole
+    units between texts: at 0.02 they move by ~1e-4, and a pruning that drops the padding
+    mask would pass a 1e-4 check."""
+    import torch
+    import transformers as tf
+
+    size = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+            "intermediate_size": 64}  # fmt: skip
+    distil = family.startswith("distilbert")
+    # DistilBERT takes no token types.
+    names = (
+        ["input_ids", "attention_mask"]
+        if distil
+        else ["input_ids", "token_type_ids", "attention_mask"]
+    )
+    tok = tf.BertTokenizerFast.from_pretrained(vocab, model_input_names=names)
+    common = {"vocab_size": tok.vocab_size, "max_position_embeddings": 80, "num_labels": 3,
+              "pad_token_id": 0, "initializer_range": 0.3}  # fmt: skip
+    torch.manual_seed(0)
+    if distil:
+        config = tf.DistilBertConfig(
+            dim=32, n_layers=2, n_heads=2, hidden_dim=64, **common,
+            attn_implementation="sdpa" if family.endswith("sdpa") else "eager",
+        )  # fmt: skip
+        model = tf.DistilBertForSequenceClassification(config)
+    else:
+        config_class, model_class = {
+            "bert": (tf.BertConfig, tf.BertForSequenceClassification),
+            "roberta": (tf.RobertaConfig, tf.RobertaForSequenceClassification),
+            "xlm-roberta": (tf.XLMRobertaConfig, tf.XLMRobertaForSequenceClassification),
+            "camembert": (tf.CamembertConfig, tf.CamembertForSequenceClassification),
+            "electra": (tf.ElectraConfig, tf.ElectraForSequenceClassification),
+        }[family]
+        extra = {"embedding_size": 16} if family == "electra" else {}
+        model = model_class(config_class(**size, **common, **extra))
+    return model.eval(), tok
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_first_token_model_runs_the_last_layer_for_one_token_to_the_same_logits(
+    family, tiny_teacher, monkeypatch
+):
+    import torch
+
+    model, tok = family_classifier(family, tiny_teacher)
+    texts = ["good film", "a bad and dull film indeed", "x y z good the " * 9]
+    feed = tok(texts, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        want = model(**feed).logits
+    assert float((want - want[0]).abs().max()) > 0.1  # logits that tell texts apart
+    pruned = teacher.first_token_model(model, tok)
+    assert pruned is not None
+    last = model.base_model.encoder.layer[-1] if hasattr(model.base_model, "encoder") else None
+    ffn = last.intermediate if last is not None else model.distilbert.transformer.layer[-1].ffn
+    widths = []
+    hook = ffn.register_forward_hook(lambda m, i, o: widths.append(i[0].shape[1]))
+    with torch.inference_mode():
+        got = pruned(**feed).logits
+    hook.remove()
+    assert widths == [1]  # the last FFN ran for the first token alone
+    assert float((got - want).abs().max()) <= teacher.POOLED_ATOL
+    # The check is what lets it label: an attention that forgets the padding is refused.
+    real = teacher._first_attention
+    monkeypatch.setattr(
+        teacher, "_first_attention", lambda q, k, v, n, added: real(q, k, v, n, added * 0)
+    )
+    assert teacher.first_token_model(model, tok) is None
+
+
+@pytest.mark.parametrize("family", ["roberta", "electra", "distilbert"])
+def test_export_teacher_prunes_each_family_to_its_classifiers_logits(
+    family, tiny_teacher, tmp_path, monkeypatch, capsys
+):
+    import numpy as np
+    import optimum.exporters.onnx as optimum_onnx
+
+    from edgekd.distill.teacher import load_teacher, teacher_logits
+    from edgekd.students.predict import OnnxPredictor
+
+    model, tok = family_classifier(family, tiny_teacher)
+    model.save_pretrained(tmp_path / "teacher")
+    tok.save_pretrained(tmp_path / "teacher")
+    monkeypatch.setattr(optimum_onnx, "main_export", lambda *a, **k: 1 / 0)
+    path = teacher.export_teacher(str(tmp_path / "teacher"), tmp_path / "onnx", first_token=True)
+    assert "whole teacher graph" not in "".join(capsys.readouterr())
+    model, tok = load_teacher(str(tmp_path / "teacher"))
+    texts = ["good film", "a bad and dull film indeed", "films", "x y z good the " * 9]
+    want = teacher_logits(model, tok, texts)
+    assert np.abs(OnnxPredictor(path).logits(texts) - want).max() < teacher.POOLED_ATOL
+
+
 def test_first_token_teacher_is_refused_where_the_logits_may_read_other_tokens(
     tiny_teacher, monkeypatch
 ):
