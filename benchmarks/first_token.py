@@ -25,7 +25,7 @@ fp32.
 
 Writes benchmarks/results/first_token.{json,md}.
 EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py): every
-family at a 2-layer, 32-wide shape.
+family but the reference at a 2-layer, 32-wide shape.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def classifier(family: str, shape: dict[str, int], vocab: Any) -> tuple[Any, Any
         }[family]
         if family == "electra" and smoke.SMOKE:
             shape = {**shape, "embedding_size": 16}
-        # RoBERTa's positions start after the padding index: 2 more than BERT's 512.
+        # RoBERTa's positions start after the padding index: 514, as its published config.
         positions = 514 if family == "roberta" else 512
         model = model_class(config_class(**shape, max_position_embeddings=positions, **common))
         names = ["input_ids", "token_type_ids", "attention_mask"]

@@ -91,7 +91,7 @@ FIRST_TOKEN = frozenset(
 def export_first_token(model: Any, tokenizer: Any, path: Path, opset: int) -> bool:
     """Export `first_token_model(model)` to `path`; False where there is none or it does
     not export (the caller then exports the whole graph), saying why on the console."""
-    why = "its last layer for [CLS] alone is not known to give its logits here"
+    why = "its last layer for the first token alone is not known to give its logits here"
     try:
         first = first_token_model(model, tokenizer)
         if first is not None:
@@ -119,7 +119,8 @@ def first_token_model(model: Any, tokenizer: Any) -> Any | None:
     output, FFN and layer norms run for that token alone: per token, 2 of the layer's
     12·d² multiply-adds (keys and values; the query, output and FFN make the other 10),
     so a 6-layer teacher does ~5.2 layers' work. What it buys the labellers, side by
-    side with the whole graph: benchmarks/results/labelling_margin.md (`--whole`).
+    side with the whole graph: benchmarks/results/labelling_margin.md (`--whole`) on the
+    reference teacher, benchmarks/results/first_token.md per family.
     """
     import types
 
@@ -224,14 +225,14 @@ def _distilbert_parts(model: Any) -> FirstTokenParts:
     import torch
 
     base = model.distilbert
-    # Its eager attention takes the 0/1 mask; sdpa the additive one the model builds.
-    eager = getattr(model.config, "_attn_implementation", "eager") == "eager"
+    # Its sdpa attention takes the additive mask the model builds; the others the 0/1.
+    additive = getattr(model.config, "_attn_implementation", "eager") == "sdpa"
 
     def embed(input_ids: Any, token_type_ids: Any) -> Any:
         return base.embeddings(input_ids)
 
     def run(layer: Any, h: Any, mask: Any, added: Any) -> Any:
-        return layer(h, attn_mask=mask if eager else added)[-1]
+        return layer(h, attn_mask=added if additive else mask)[-1]
 
     def last(h: Any, added: Any) -> Any:
         layer = base.transformer.layer[-1]
@@ -240,7 +241,9 @@ def _distilbert_parts(model: Any) -> FirstTokenParts:
             attend.q_lin(h[:, :1]), attend.k_lin(h), attend.v_lin(h), attend.n_heads, added
         )
         first = layer.sa_layer_norm(attend.out_lin(context) + h[:, :1])
-        return layer.output_layer_norm(layer.ffn(first) + first)
+        # `ff_chunk`: the FFN itself, as BERT's intermediate and output run above; `ffn`
+        # would split the input by `chunk_size_feed_forward`, which 1 token may not fill.
+        return layer.output_layer_norm(layer.ffn.ff_chunk(first) + first)
 
     def head(first: Any) -> Any:
         pooled = torch.relu(model.pre_classifier(first[:, 0]))

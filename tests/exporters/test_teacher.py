@@ -199,7 +199,7 @@ def test_first_token_model_runs_the_last_layer_for_one_token_to_the_same_logits(
     pruned = teacher.first_token_model(model, tok)
     assert pruned is not None
     last = model.base_model.encoder.layer[-1] if hasattr(model.base_model, "encoder") else None
-    ffn = last.intermediate if last is not None else model.distilbert.transformer.layer[-1].ffn
+    ffn = last.intermediate if last is not None else model.distilbert.transformer.layer[-1].ffn.lin1
     widths = []
     hook = ffn.register_forward_hook(lambda m, i, o: widths.append(i[0].shape[1]))
     with torch.inference_mode():
