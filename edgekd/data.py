@@ -231,11 +231,20 @@ def carve_selection(train: Split, rows: int, seed: int) -> tuple[Split, Split, i
     # At most a tenth of the training rows, so small data keeps most of its rows.
     k = min(rows, len(candidates), max(1, len(train) // 10))
     picked = stratified(candidates, train.labels, k, rng)
-    chosen = set(picked)
     from edgekd.overlap import contained
 
-    taken = contained(words, [words[i] for i in picked])
-    keep = [i for i in range(len(words)) if i not in chosen and not taken[i]]
+    for _ in range(2):
+        chosen = set(picked)
+        taken = contained(words, [words[i] for i in picked])
+        keep = [i for i in range(len(words)) if i not in chosen and not taken[i]]
+        lost = set(train.labels) - {train.labels[i] for i in keep}
+        if not lost:
+            break
+        # A label whose every training row was held out, or lies inside one, would not
+        # train at all (a label of one distinct text, repeated): its rows stay in.
+        picked = [i for i in picked if train.labels[i] not in lost]
+    else:  # its rows lie inside another label's held-out rows: no selection at all
+        return train, Split([], []), 0
     dropped = len(train) - len(keep) - len(picked)
     picked.sort()
     return (

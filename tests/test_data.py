@@ -281,7 +281,7 @@ def test_carve_selection_holds_out_whole_sentences_and_drops_their_phrases():
 
     sentences = [f"movie {i} was really quite good" for i in range(30)]
     phrases = [f"movie {i} was" for i in range(30)] + ["really quite good", "good"]
-    train = Split(sentences + phrases, list(range(len(sentences) + len(phrases))))
+    train = Split(sentences + phrases, [i % 3 for i in range(len(sentences) + len(phrases))])
     left, select, dropped = carve_selection(train, 5, seed=0)
     # A tenth of 62 rows caps the selection at 6; 5 asked for.
     assert len(select) == 5 and all(t in sentences for t in select.texts)
@@ -297,6 +297,22 @@ def test_carve_selection_holds_out_whole_sentences_and_drops_their_phrases():
     again = carve_selection(train, 5, seed=0)
     assert again[1].texts == select.texts  # seeded
     assert carve_selection(train, 0, seed=0) == (train, Split([], []), 0)
+
+
+def test_carve_selection_leaves_every_label_a_training_row_when_its_texts_repeat():
+    from edgekd.data import Split, carve_selection
+
+    # Two distinct texts, 20 times each: holding one of each out would drop every copy.
+    train = Split(["good film", "bad film"] * 20, [1, 0] * 20)
+    assert carve_selection(train, 500, seed=0) == (train, Split([], []), 0)
+    # One label of one text among others that vary: only that label's row stays in.
+    rows = [f"a dull movie number {i}" for i in range(30)] + ["great"] * 5
+    train = Split(rows, [0] * 30 + [1] * 5)
+    left, select, _ = carve_selection(train, 500, seed=0)
+    assert left.labels.count(1) == 5 and set(select.labels) == {0} and len(select) == 3
+    # A label whose rows all lie inside another label's held-out row: no selection.
+    train = Split(["not good"] * 10 + ["good"] * 10, [0] * 10 + [1] * 10)
+    assert carve_selection(train, 500, seed=0) == (train, Split([], []), 0)
 
 
 def test_carve_selection_caps_at_a_tenth_of_the_rows():

@@ -78,6 +78,28 @@ def _is_classifier(config: Any) -> bool:
     return is_pooled(config) or any(a.endswith("ForSequenceClassification") for a in names)
 
 
+def check_teacher_config(name_or_path: str, config: Any) -> None:
+    """Refuse, in one line, a config.json whose fields edgekd reads are not what
+    transformers writes: `architectures` a list of class names, `id2label` numbered 0
+    to n − 1 (transformers checks that it is a mapping with integer keys)."""
+    fix = "fix its config.json, or re-save the model with save_pretrained"
+    names = config.architectures
+    if names is not None and not (
+        isinstance(names, list) and all(isinstance(a, str) for a in names)
+    ):
+        raise EdgeKDError(
+            f"teacher {name_or_path!r}: config.json's architectures is {names!r:.80}, not a "
+            f"list of class names; {fix}"
+        )
+    ids = sorted(config.id2label)
+    if ids != list(range(len(ids))):
+        raise EdgeKDError(
+            f"teacher {name_or_path!r}: config.json's id2label numbers its labels "
+            f"{', '.join(map(str, ids[:8]))}{', …' if len(ids) > 8 else ''}, not 0 to "
+            f"{len(ids) - 1}; {fix}"
+        )
+
+
 def load_teacher(name_or_path: str, require_classifier: bool = True) -> tuple[Any, Any]:
     """Load (model in fp32, eval mode; fast tokenizer) from a folder or hub id."""
     import torch
@@ -94,6 +116,7 @@ def load_teacher(name_or_path: str, require_classifier: bool = True) -> tuple[An
             f"cannot load teacher {name_or_path!r} ({first}); pass a local HF folder "
             "or a hub id (needs network)"
         ) from None
+    check_teacher_config(name_or_path, config)
     if require_classifier and not _is_classifier(config):
         raise EdgeKDError(
             f"{name_or_path} is not a fine-tuned sequence classifier "
@@ -102,13 +125,22 @@ def load_teacher(name_or_path: str, require_classifier: bool = True) -> tuple[An
     from edgekd.distill.pooled import PooledClassifier, is_pooled
 
     model: Any
-    if is_pooled(config):  # an `edgekd teacher` of a mean-pooled encoder
-        model = PooledClassifier.from_pretrained(name_or_path, config)
-    else:
-        # fp32 whatever the stored dtype: fp16 on CPU is slow and lacks some kernels.
-        model = AutoModelForSequenceClassification.from_pretrained(
-            name_or_path, dtype=torch.float32, use_safetensors=True
-        )
+    try:
+        if is_pooled(config):  # an `edgekd teacher` of a mean-pooled encoder
+            model = PooledClassifier.from_pretrained(name_or_path, config)
+        else:
+            # fp32 whatever the stored dtype: fp16 on CPU is slow and lacks some kernels.
+            model = AutoModelForSequenceClassification.from_pretrained(
+                name_or_path, dtype=torch.float32, use_safetensors=True
+            )
+    # A config.json whose shapes the weights do not have (a layer count, a width, a
+    # pooled teacher's keys) fails inside torch or transformers, each in its own way.
+    except (RuntimeError, ValueError, TypeError, IndexError, KeyError) as e:
+        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise EdgeKDError(
+            f"cannot load teacher {name_or_path!r}: its config.json and weights disagree "
+            f"({first}); re-save the model with save_pretrained"
+        ) from None
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, use_fast=True)
     model.eval()
     return model, tokenizer

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 
@@ -34,6 +36,35 @@ def test_load_teacher_fails_fast_when_hub_id_and_offline(offline_hub):
 
     with pytest.raises(EdgeKDError, match=r"not a local folder and the Hugging Face Hub is"):
         load_teacher("someone/bert-sst2")
+
+
+@pytest.mark.parametrize(
+    ("patch", "says"),
+    [
+        ({"architectures": 5}, "architectures is 5, not a list of class names"),
+        ({"architectures": [5]}, "architectures is [5], not a list of class names"),
+        ({"architectures": "BertForSequenceClassification"}, "not a list of class names"),
+        ({"id2label": {"0": "negative", "5": "positive"}}, "numbers its labels 0, 5, not 0 to 1"),
+        ({"hidden_size": "wide"}, "its config.json and weights disagree"),
+        ({"intermediate_size": 48}, "its config.json and weights disagree"),
+    ],
+    ids=["arch-int", "arch-list-of-int", "arch-str", "id2label-gap", "width-str", "ffn-width"],
+)
+def test_load_teacher_refuses_a_crafted_config_in_one_line(tiny_teacher, tmp_path, patch, says):
+    import json
+    import shutil
+
+    from edgekd.distill.teacher import load_teacher
+
+    folder = tmp_path / "teacher"
+    shutil.copytree(tiny_teacher, folder)
+    config = json.loads((folder / "config.json").read_text()) | patch
+    if "id2label" in patch:
+        config.pop("label2id")
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(EdgeKDError, match=re.escape(says)) as refused:
+        load_teacher(str(folder))
+    assert "\n" not in str(refused.value) and "save_pretrained" in str(refused.value)
 
 
 def test_resolve_base_points_at_packaged_minilm_when_installed():
