@@ -323,6 +323,8 @@ class TfidfBaseline(Nested):
     n_train: int
     n_dev: int
     seconds: float
+    # Word 1-2 grams; "char" (1-3 grams) where no training row holds a word.
+    analyzer: Literal["word", "char"] = "word"
 
 
 class DistillMetrics(Artifact):

@@ -16,8 +16,8 @@ nothing (0.910); benchmarks/tasks.py has the table for each shared task.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
@@ -26,6 +26,10 @@ from edgekd.data import Split
 
 C = 10.0
 NGRAMS = (1, 2)
+# Where no row holds a word of two or more characters (scikit-learn's token pattern:
+# single digits, emoji, one-character labels), word n-grams have no vocabulary and
+# the fit would fail: characters 1-3 then, inside word boundaries.
+CHAR_NGRAMS = (1, 3)
 MAX_ITER = 1000  # L-BFGS iterations; CLINC150 converges in ~300
 
 
@@ -34,25 +38,42 @@ def joined(text: Any) -> str:
     return " ||| ".join(text) if isinstance(text, tuple | list) else str(text)
 
 
-def fit_tfidf(train: Split) -> Callable[[list[Any]], np.ndarray]:
-    """TF-IDF + LR fitted on `train`; returns a function from texts to label ids."""
+@dataclass(frozen=True)
+class Tfidf:
+    """A fitted TF-IDF + LR: called on texts, their label ids. `analyzer`: the n-grams it
+    reads, "word", or "char" where no training row holds a word (`CHAR_NGRAMS`)."""
+
+    vectorizer: Any
+    model: Any
+    analyzer: Literal["word", "char"]
+
+    def __call__(self, texts: list[Any]) -> np.ndarray:
+        return np.asarray(self.model.predict(self.vectorizer.transform([joined(t) for t in texts])))
+
+
+def fit_tfidf(train: Split) -> Tfidf:
+    """TF-IDF + LR fitted on `train`."""
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
+    rows = [joined(t) for t in train.texts]
     vectorizer = TfidfVectorizer(ngram_range=NGRAMS)
-    x = vectorizer.fit_transform([joined(t) for t in train.texts])
+    analyzer: Literal["word", "char"] = "word"
+    try:
+        x = vectorizer.fit_transform(rows)
+    except ValueError:  # "empty vocabulary": not one word in any row
+        vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=CHAR_NGRAMS)
+        x = vectorizer.fit_transform(rows)
+        analyzer = "char"
     with warnings.catch_warnings():
         # Not converged in MAX_ITER is still a fitted model; the score says how good.
         warnings.simplefilter("ignore", ConvergenceWarning)
         model = LogisticRegression(C=C, max_iter=MAX_ITER).fit(x, train.labels)
 
-    def predict(texts: list[Any]) -> np.ndarray:
-        return np.asarray(model.predict(vectorizer.transform([joined(t) for t in texts])))
-
-    return predict
+    return Tfidf(vectorizer, model, analyzer)
 
 
 def tfidf_baseline(train: Split, dev: Split) -> TfidfBaseline | None:
@@ -61,10 +82,12 @@ def tfidf_baseline(train: Split, dev: Split) -> TfidfBaseline | None:
     if not len(dev) or len(set(train.labels)) < 2:
         return None
     start = time.perf_counter()
-    predicted = fit_tfidf(train)(dev.texts)
+    predict = fit_tfidf(train)
+    predicted = predict(dev.texts)
     return TfidfBaseline(
         accuracy=float((predicted == np.array(dev.labels)).mean()),
         n_train=len(train),
         n_dev=len(dev),
         seconds=round(time.perf_counter() - start, 1),
+        analyzer=predict.analyzer,
     )

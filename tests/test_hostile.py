@@ -200,6 +200,11 @@ def make_bad(w: Path) -> None:
         )
     (x / "escape-columns.jsonl").write_text('{"\\u001b[2Jwords": "a", "\\u001b]0;t\\u0007y": 1}\n')
     (x / "two-rows.jsonl").write_text('{"text": "good", "label": 1}\n{"text": "bad", "label": 0}\n')
+    # Rows of one character each (emoji, digits): no word for TF-IDF's token pattern.
+    chars = [("😀", 1), ("5", 1), ("😡", 0), ("7", 0)] * 5
+    (x / "characters.jsonl").write_text(
+        "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in chars)
+    )
     # Two texts, 20 times each: a selection held out of them would leave no training row.
     (x / "repeated.jsonl").write_text(
         '{"text": "good", "label": 1}\n{"text": "bad", "label": 0}\n' * 20
@@ -655,6 +660,7 @@ CASES: dict[str, Any] = {
     "5/distill-bilstm-longer-than-teacher": pytest.param([*DISTILL, "--out", OUT, "-s", "student.options.max_length=100"], 0, "→", marks=SLOW),
     "5/distill-cache-other-shape": pytest.param([*DISTILL, "--out", OUT], 0, "recomputing", corrupt_cache, marks=SLOW),
     "5/distill-cache-truncated": pytest.param([*DISTILL, "--out", OUT], 0, "recomputing", truncate_cache, marks=SLOW),
+    "5/distill-one-character-texts": pytest.param(["distill", "--teacher", T, "--data", X + "/characters.jsonl", "--out", OUT, *QUICK], 0, "character n-grams", marks=SLOW),
     "5/distill-two-texts-repeated": pytest.param(["distill", "--teacher", T, "--data", X + "/repeated.jsonl", "--out", OUT, *QUICK], 0, "0 held out to select", marks=SLOW),
     "5/distill-two-rows-default-budget": pytest.param(["distill", "--teacher", T, "--data", X + "/two-rows.jsonl", "--out", OUT, "--epochs", "1", *SMALL], 0, "→", marks=SLOW),
     "5/export-fixed-shape-huge": (["export", S, "--out", OUT, "--fixed-shape", "1000000x1000000"], 2, "fixed_shape"),

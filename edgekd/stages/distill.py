@@ -215,7 +215,8 @@ def distill(cfg: DistillConfig, out_dir: str | Path, overwrite: bool = False) ->
     tfidf = tfidf_baseline(train, task.dev) if state.is_main_process else None
     seconds["tfidf"] = time.perf_counter() - t
     if tfidf is not None:
-        console.print(f"yardstick: TF-IDF + LR dev accuracy {tfidf.accuracy:.4f}")
+        grams = "" if tfidf.analyzer == "word" else " (character n-grams: no row holds a word)"
+        console.print(f"yardstick: TF-IDF + LR dev accuracy {tfidf.accuracy:.4f}{grams}")
     t = time.perf_counter()
     extra: TextColumn | TakenColumn
     extra, sources = augmented_texts(cfg, train.texts, teacher_tok, teacher, picked)
