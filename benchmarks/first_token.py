@@ -1,7 +1,7 @@
 """The labellers' last layer for the first token alone, per teacher family, against the
 whole graph: rows/s side by side at each family's published shape.
 
-    python benchmarks/first_token.py [--rows 500] [--repeats 3] [--families ...]
+    python benchmarks/first_token.py [--rows 1000] [--repeats 3] [--families ...]
 
 Families: the reference teacher (a fine-tuned MiniLM: a BERT classifier, 6 layers of
 384, its own weights), and classifiers of BERT-base, RoBERTa-base, DistilBERT-base and
@@ -113,7 +113,7 @@ def classifier(family: str, shape: dict[str, int], vocab: Any) -> tuple[Any, Any
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, default=500)
+    p.add_argument("--rows", type=int, default=1_000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--families", nargs="+", choices=list(SHAPES), default=list(SHAPES))
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
