@@ -738,6 +738,8 @@ class PlanResult(Artifact):
     limits: dict[str, float]  # the budget limits judged (latency, memory, size)
     candidates: list[Candidate]  # fitting first, largest first; then the rest
     task_shape: TaskShape | None = None  # what a default distill run sizes from the data
+    # Candidates of the default grid this teacher cannot give (name → why), left out.
+    skipped: dict[str, str] = Field(default_factory=dict)
 
     def top(self, n: int) -> list[Candidate]:
         return [c for c in self.candidates if c.fits][:n]

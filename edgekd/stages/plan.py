@@ -87,13 +87,32 @@ def plan(
     task, shape = training_rows(load_task(cfg.data))
     console.print(f"plan: a default distill run would train on {shape.describe()}")
     teacher, teacher_tok = load_teacher(cfg.teacher)
+    # Every candidate built before any is exported or timed: one this teacher cannot
+    # give (more layers than it has) stops a grid the user wrote before any work, and
+    # leaves the default grid, which the user did not choose, with the rest.
+    built: dict[str, tuple[Component, Any, Any]] = {}
+    skipped: dict[str, str] = {}
+    for name, c in zip(names, cfg.grid, strict=True):
+        try:
+            built[name] = (c, *build(c, task, teacher, teacher_tok))
+        except ValueError as e:  # options that fit the config model but not this teacher
+            why = str(e).splitlines()[0]
+            if "grid" in cfg.model_fields_set:
+                raise EdgeKDError(f"plan candidate {name}: {why}; fix the grid") from None
+            skipped[name] = why
+            console.print(f"plan: {shown(name)} left out of the default grid: {shown(why)}")
+    if not built:
+        raise EdgeKDError(
+            "no candidate of the default grid can be built from this teacher; give "
+            "candidates it can with --grid"
+        )
     seq_len = cfg.seq_len or median_tokens(teacher_tok, task.dev.texts)
     shape_only = Budget(**{f: b.model_dump()[f] for f in SHAPE_LIMITS}, threads=b.threads)
     candidates = []
     with atomic_dir(out_dir, overwrite) as tmp, tempfile.TemporaryDirectory() as work:
-        for name, c in zip(names, cfg.grid, strict=True):
+        for name, (c, model, tok) in built.items():
             console.print(f"plan: {shown(name)}")  # one plain line per candidate (CI logs)
-            m = measure(c, task, teacher, teacher_tok, cfg, Path(work) / name, b.threads, seq_len)
+            m = measure(model, tok, task, cfg, Path(work) / name, b.threads, seq_len)
             failed = [r.limit for r in evaluate(shape_only, m["metrics"]) if not r.passed]
             candidates.append(
                 Candidate(
@@ -118,6 +137,7 @@ def plan(
             limits=limits,
             candidates=rank(candidates),
             task_shape=shape,
+            skipped=skipped,
         )
         result.write(tmp)
         save_config(cfg, tmp / CONFIG)
@@ -147,35 +167,35 @@ def rank(candidates: list[Candidate]) -> list[Candidate]:
     return fit + rest
 
 
+def build(c: Component, task: Any, teacher: Any, teacher_tok: Any) -> tuple[Any, Any]:
+    """(model, tokenizer) of candidate `c` untrained, as a distill run on this task would
+    start it; ValueError where this teacher cannot give it."""
+    import torch
+
+    from edgekd.students.tokenizer import is_wordpiece
+
+    torch.manual_seed(0)
+    kind = STUDENTS.get(c.name)
+    # The options a distill run on this task resolves (a small task's table is larger).
+    options = kind.for_task(c.options, len(task.train.texts), is_wordpiece(teacher_tok))
+    return kind.prepare(options, task.train.texts, task.num_labels, teacher, teacher_tok)
+
+
 def measure(
-    c: Component,
+    model: Any,
+    tok: Any,
     task: Any,
-    teacher: Any,
-    teacher_tok: Any,
     cfg: PlanConfig,
     folder: Path,
     threads: int,
     seq_len: int,
 ) -> dict[str, Any]:
-    """One candidate untrained: built, exported as configured, bundled, profiled."""
-    import torch
-
+    """One candidate untrained (`build`): exported as configured, bundled, profiled."""
     from edgekd.devices.profile import profile_model
     from edgekd.stages.bundle import make_bundle
     from edgekd.stages.export import export as run_export
     from edgekd.students.base import save_student
-    from edgekd.students.tokenizer import is_wordpiece
 
-    torch.manual_seed(0)
-    try:
-        kind = STUDENTS.get(c.name)
-        # The options a distill run on this task resolves (a small task's table is larger).
-        options = kind.for_task(c.options, len(task.train.texts), is_wordpiece(teacher_tok))
-        model, tok = kind.prepare(options, task.train.texts, task.num_labels, teacher, teacher_tok)
-    except ValueError as e:  # options that fit the config model but not this teacher
-        raise EdgeKDError(
-            f"plan candidate {c.name}: {str(e).splitlines()[0]}; fix the grid"
-        ) from None
     (folder / "student").mkdir(parents=True)
     save_student(folder / "student", model.eval(), tok, task.label_names)
     report = run_export(cfg.export, folder / "student", folder / "export", cfg.data)

@@ -113,6 +113,41 @@ def test_plan_refuses_a_budget_with_no_shape_limit_before_any_work(
     assert not (tmp_path / "p").exists()
 
 
+# More layers than the tiny teacher's 2: a BERT student copies its layers from the teacher.
+DEEP = {"name": "bert", "options": {"layers": 4, "hidden": 32, "heads": 2, "ffn": 64}}
+
+
+def test_plan_leaves_out_default_candidates_the_teacher_cannot_give(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    import edgekd.config
+
+    monkeypatch.setattr(edgekd.config, "DEFAULT_GRID", [SMALL, DEEP])
+    cfg = PlanConfig(
+        teacher=str(tiny_teacher), data=DataConfig(spec=str(tiny_data)), runs=10, trials=2,
+        export=ExportConfig(guard=False),
+    )  # fmt: skip
+    result = plan(cfg, Budget(max_bytes=MAX_BYTES), tmp_path / "p")
+    assert [c.student for c in result.candidates] == [SMALL]
+    assert list(result.skipped) == ["bert-l4-w32-a2-f64"]
+    assert "the teacher only 2" in result.skipped["bert-l4-w32-a2-f64"]
+    assert PlanResult.read(tmp_path / "p").skipped == result.skipped
+
+
+def test_plan_refuses_a_written_candidate_the_teacher_cannot_give_before_any_work(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    import edgekd.stages.plan
+
+    measured = []
+    monkeypatch.setattr(edgekd.stages.plan, "measure", lambda *a, **k: measured.append(a))
+    with pytest.raises(EdgeKDError, match=r"plan candidate bert-l4-w32-a2-f64: .*fix the grid"):
+        plan(
+            config(tiny_teacher, tiny_data, grid=[SMALL, DEEP]), Budget(max_bytes=1), tmp_path / "p"
+        )
+    assert measured == [] and not (tmp_path / "p").exists()
+
+
 @pytest.mark.slow
 def test_recipe_with_variants_plan_distils_the_top_candidate(tiny_teacher, tiny_data, tmp_path):
     from edgekd.recipe import run_recipe
