@@ -50,7 +50,7 @@ def plan(
         None,
         "--grid",
         help="YAML list of candidates, each {name, options} as distill.student.",
-        show_default="the built-in grid: 6 BiLSTMs, 4 BERTs",
+        show_default="the built-in grid: 6 BiLSTMs, 3 CNNs, 4 BERTs",
     ),
     out: Path = typer.Option(..., "--out", help="Folder for plan.json."),
     config: Path | None = CONFIG,
