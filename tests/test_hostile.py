@@ -662,6 +662,7 @@ CASES: dict[str, Any] = {
     "5/distill-cache-truncated": pytest.param([*DISTILL, "--out", OUT], 0, "recomputing", truncate_cache, marks=SLOW),
     "5/distill-one-character-texts": pytest.param(["distill", "--teacher", T, "--data", X + "/characters.jsonl", "--out", OUT, *QUICK], 0, "character n-grams", marks=SLOW),
     "5/distill-two-texts-repeated": pytest.param(["distill", "--teacher", T, "--data", X + "/repeated.jsonl", "--out", OUT, *QUICK], 0, "0 held out to select", marks=SLOW),
+    "5/teacher-two-texts-repeated": pytest.param(["teacher", "--base", T, "--data", X + "/repeated.jsonl", "--epochs", "0.5", "--out", OUT], 0, "no selection rows to score it on", marks=SLOW),
     "5/distill-two-rows-default-budget": pytest.param(["distill", "--teacher", T, "--data", X + "/two-rows.jsonl", "--out", OUT, "--epochs", "1", *SMALL], 0, "→", marks=SLOW),
     "5/export-fixed-shape-huge": (["export", S, "--out", OUT, "--fixed-shape", "1000000x1000000"], 2, "fixed_shape"),
     "5/export-fixed-shape-zero": (["export", S, "--out", OUT, "--fixed-shape", "0x8"], 2, "fixed_shape"),

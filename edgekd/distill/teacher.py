@@ -580,7 +580,12 @@ def finetune(
     if step == 0 and cfg.warm_start == "probe":
         warm_start(accelerator.unwrap_model(model), tokenizer, texts, labels, max_length, cfg.seed)
         score()  # the probe alone is the first candidate: fine-tuning must beat it
-        console.print(f"linear probe: selection accuracy {history[-1].get('selection_accuracy')}")
+        probe = history[-1].get("selection_accuracy")
+        console.print(
+            "linear probe: no selection rows to score it on"
+            if probe is None
+            else f"linear probe: selection accuracy {probe:.4f}"
+        )
     start, start_step = time.perf_counter(), step
     started = clock.elapsed() if clock is not None else 0.0  # seconds before training
     epoch_start, epoch_loss, epoch_steps = start, 0.0, 0
