@@ -481,7 +481,7 @@ def run_recipe(
                 "data": inputs["data"],
                 "budget": budget.model_dump(),
             },
-            partial(plan, pcfg_plan, budget),
+            partial(plan, pcfg_plan, budget, written_grid=recipe.plan.grid is not None),
         )
         recipe = recipe.planned(PlanResult.read(out / "plan"))
 

@@ -64,7 +64,9 @@ def fit_tfidf(train: Split) -> Tfidf:
     analyzer: Literal["word", "char"] = "word"
     try:
         x = vectorizer.fit_transform(rows)
-    except ValueError:  # "empty vocabulary": not one word in any row
+    except ValueError as e:
+        if "empty vocabulary" not in str(e):  # the one refusal these settings can give
+            raise
         vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=CHAR_NGRAMS)
         x = vectorizer.fit_transform(rows)
         analyzer = "char"

@@ -305,13 +305,14 @@ def test_carve_selection_leaves_every_label_a_training_row_when_its_texts_repeat
     # Two distinct texts, 20 times each: holding one of each out would drop every copy.
     train = Split(["good film", "bad film"] * 20, [1, 0] * 20)
     assert carve_selection(train, 500, seed=0) == (train, Split([], []), 0)
-    # One label of one text among others that vary: only that label's row stays in.
-    rows = [f"a dull movie number {i}" for i in range(30)] + ["great"] * 5
-    train = Split(rows, [0] * 30 + [1] * 5)
-    left, select, _ = carve_selection(train, 500, seed=0)
-    assert left.labels.count(1) == 5 and set(select.labels) == {0} and len(select) == 3
+    # One label of one text beside one that varies: that label's rows all stay in, and
+    # the other's row is held out alone.
+    train = Split(["great"] * 10 + ["bad film", "poor film"] * 5, [1] * 10 + [0] * 10)
+    left, select, dropped = carve_selection(train, 500, seed=0)
+    assert left.labels.count(1) == 10 and select.texts == ["poor film"] and dropped == 4
     # A label whose rows all lie inside another label's held-out row: no selection.
-    train = Split(["not good"] * 10 + ["good"] * 10, [0] * 10 + [1] * 10)
+    rows = [f"very good film number {i}" for i in range(30)] + ["good film"] * 10
+    train = Split(rows, [0] * 30 + [1] * 10)
     assert carve_selection(train, 500, seed=0) == (train, Split([], []), 0)
 
 

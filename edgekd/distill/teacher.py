@@ -125,22 +125,32 @@ def load_teacher(name_or_path: str, require_classifier: bool = True) -> tuple[An
     from edgekd.distill.pooled import PooledClassifier, is_pooled
 
     model: Any
+    fix = "its config.json must describe its weights: re-save the model with save_pretrained"
     try:
         if is_pooled(config):  # an `edgekd teacher` of a mean-pooled encoder
             model = PooledClassifier.from_pretrained(name_or_path, config)
         else:
             # fp32 whatever the stored dtype: fp16 on CPU is slow and lacks some kernels.
-            model = AutoModelForSequenceClassification.from_pretrained(
-                name_or_path, dtype=torch.float32, use_safetensors=True
+            model, loaded = AutoModelForSequenceClassification.from_pretrained(
+                name_or_path, dtype=torch.float32, use_safetensors=True, output_loading_info=True
             )
-    # A config.json whose shapes the weights do not have (a layer count, a width, a
-    # pooled teacher's keys) fails inside torch or transformers, each in its own way.
+            # transformers initialises what the file lacks at random and only logs it: a
+            # config with more layers than the weights, or a classifier never saved,
+            # would label with random weights.
+            lacking = [*loaded["missing_keys"], *(k for k, *_ in loaded["mismatched_keys"])]
+            if lacking:
+                more = ", …" if len(lacking) > 3 else ""
+                raise EdgeKDError(
+                    f"teacher {name_or_path!r}: its weights lack {len(lacking)} tensors its "
+                    f"config.json needs ({', '.join(lacking[:3])}{more}); {fix}"
+                )
+    # Shapes the weights do not have (a width, a pooled teacher's keys) fail inside torch
+    # or transformers, each in its own way.
     except (RuntimeError, ValueError, TypeError, IndexError, KeyError) as e:
-        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
         raise EdgeKDError(
-            f"cannot load teacher {name_or_path!r}: its config.json and weights disagree "
-            f"({first}); re-save the model with save_pretrained"
-        ) from None
+            f"cannot load teacher {name_or_path!r} ({type(e).__name__}: {first}); {fix}"
+        ) from e
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, use_fast=True)
     model.eval()
     return model, tokenizer

@@ -58,10 +58,13 @@ def plan(
     budget: Budget | str | Path,
     out_dir: str | Path,
     overwrite: bool = False,
+    written_grid: bool | None = None,
 ) -> PlanResult:
     """Build, export, bundle and profile every candidate of `cfg.grid` untrained; judge
     each on `budget`'s shape limits (a model or its YAML, for `cfg.device`); write
-    `plan.json` in `out_dir`."""
+    `plan.json` in `out_dir`. `written_grid`: whether the user wrote the grid (unset:
+    whether `cfg` sets it), so that a candidate the teacher cannot give is refused
+    rather than left out."""
     from edgekd.devices.base import load_spec
     from edgekd.stages.check import budget_for
 
@@ -81,12 +84,17 @@ def plan(
     if len(set(names)) < len(names):
         raise EdgeKDError("plan grid lists one candidate twice; drop the copy")
 
-    from edgekd.data import load_task, median_tokens
-    from edgekd.distill.teacher import load_teacher
+    from edgekd.data import align_labels, load_task, median_tokens
+    from edgekd.distill.teacher import load_teacher, teacher_label_names
 
-    task, shape = training_rows(load_task(cfg.data))
-    console.print(f"plan: a default distill run would train on {shape.describe()}")
+    data = load_task(cfg.data)
     teacher, teacher_tok = load_teacher(cfg.teacher)
+    # Labels in the teacher's order before the selection is carved, as distill does: the
+    # selection draws label by label, so another order holds out other rows.
+    task, shape = training_rows(align_labels(data, teacher_label_names(teacher.config)))
+    console.print(f"plan: a default distill run would train on {shape.describe()}")
+    if written_grid is None:
+        written_grid = "grid" in cfg.model_fields_set
     # Every candidate built before any is exported or timed: one this teacher cannot
     # give (more layers than it has) stops a grid the user wrote before any work, and
     # leaves the default grid, which the user did not choose, with the rest.
@@ -97,7 +105,7 @@ def plan(
             built[name] = (c, *build(c, task, teacher, teacher_tok))
         except ValueError as e:  # options that fit the config model but not this teacher
             why = str(e).splitlines()[0]
-            if "grid" in cfg.model_fields_set:
+            if written_grid:
                 raise EdgeKDError(f"plan candidate {name}: {why}; fix the grid") from None
             skipped[name] = why
             console.print(f"plan: {shown(name)} left out of the default grid: {shown(why)}")
@@ -110,7 +118,8 @@ def plan(
     shape_only = Budget(**{f: b.model_dump()[f] for f in SHAPE_LIMITS}, threads=b.threads)
     candidates = []
     with atomic_dir(out_dir, overwrite) as tmp, tempfile.TemporaryDirectory() as work:
-        for name, (c, model, tok) in built.items():
+        for name in list(built):
+            c, model, tok = built.pop(name)  # each candidate freed once measured
             console.print(f"plan: {shown(name)}")  # one plain line per candidate (CI logs)
             m = measure(model, tok, task, cfg, Path(work) / name, b.threads, seq_len)
             failed = [r.limit for r in evaluate(shape_only, m["metrics"]) if not r.passed]
