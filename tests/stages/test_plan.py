@@ -176,6 +176,31 @@ def test_recipe_with_variants_plan_distils_the_top_candidate(tiny_teacher, tiny_
     assert not any(candidate_name(_component(LARGE)) in s for s in stages)
 
 
+@pytest.mark.slow
+def test_recipe_plan_leaves_out_default_candidates_the_teacher_cannot_give(
+    tiny_teacher, tiny_data, tmp_path, monkeypatch
+):
+    import edgekd.config
+    from edgekd.recipe import run_recipe
+
+    monkeypatch.setattr(edgekd.config, "DEFAULT_GRID", [SMALL, DEEP])  # no plan.grid below
+    recipe = {
+        "name": "planned", "out": str(tmp_path / "run"), "data": {"spec": str(tiny_data)},
+        "teacher": {"path": str(tiny_teacher)},
+        "distill": {"epochs": 1, "augment": {"n_iter": FEW_VARIANTS}},
+        "variants": "plan", "plan": {"top": 1, "runs": 6, "trials": 2},
+        "export": {"guard": False},
+        "profile": {"runs": 6, "trials": 2, "warmup": 1, "seq_len": 8, "teacher": False},
+        "budget": {"max_bytes": MAX_BYTES}, "report": False,
+    }  # fmt: skip
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    assert run_recipe(path) == 0
+    planned = PlanResult.read(tmp_path / "run" / "plan")
+    assert [c.student for c in planned.candidates] == [SMALL]
+    assert list(planned.skipped) == [candidate_name(_component(DEEP))]
+
+
 def test_recipe_plan_times_candidates_with_the_recipes_student_options(tmp_path):
     from edgekd.recipe import Recipe
 
