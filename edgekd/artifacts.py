@@ -237,11 +237,17 @@ class StudentMeta(Artifact):
     kind: Literal["student"] = "student"
     student: str
     config: dict[str, Any]
-    vocab_size: int
-    num_labels: int
+    vocab_size: int = Field(..., ge=1)
+    num_labels: int = Field(..., ge=2)
     id2label: list[str]
-    max_length: int
+    max_length: int = Field(..., ge=1)
     add_special_tokens: bool = False
+
+    @model_validator(mode="after")
+    def _a_name_per_label(self) -> StudentMeta:
+        if len(self.id2label) != self.num_labels:
+            raise ValueError(f"{self.num_labels} labels but {len(self.id2label)} names in id2label")
+        return self
 
 
 class TimePlan(Nested):

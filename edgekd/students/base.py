@@ -129,7 +129,7 @@ def is_student_dir(path: Path) -> bool:
 
 def load_student(folder: str | Path) -> tuple[Student, StudentTokenizer, list[str]]:
     """Load a student folder written by `save_student` (safetensors only)."""
-    from safetensors import SafetensorError
+    from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
 
     folder = Path(folder)
@@ -146,14 +146,39 @@ def load_student(folder: str | Path) -> tuple[Student, StudentTokenizer, list[st
     except ValidationError as e:
         field, message = first_error(e)
         raise EdgeKDError(f"{folder / STUDENT_FILE}: config.{field}: {message}; {redo}") from None
+    weights = folder / "model.safetensors"
+
+    def refuse(why: str) -> EdgeKDError:
+        return EdgeKDError(
+            f"{weights} does not hold the {meta.student} student that {STUDENT_FILE} "
+            f"describes ({why}); {redo}"
+        )
+
+    try:
+        # Shapes first, on the meta device (nothing allocated): a crafted vocab_size of
+        # 10¹² would otherwise ask for terabytes before the weights are compared.
+        with torch.device("meta"):
+            wanted = {
+                k: tuple(v.shape)
+                for k, v in cls(config, meta.vocab_size, meta.num_labels).state_dict().items()
+            }
+    except Exception:  # a student that cannot be built there: the strict load below checks
+        wanted = None
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            stored = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
+    except (OSError, SafetensorError) as e:
+        raise refuse(str(e).splitlines()[0][:120]) from None
+    if wanted is not None and wanted != stored:
+        differ = sorted(k for k in wanted.keys() | stored.keys() if wanted.get(k) != stored.get(k))
+        raise refuse(
+            f"{differ[0]}: {stored.get(differ[0])} stored, {wanted.get(differ[0])} described"
+        )
     model = cls(config, meta.vocab_size, meta.num_labels)
     try:
-        model.load_state_dict(load_file(str(folder / "model.safetensors")))
+        model.load_state_dict(load_file(str(weights)))
     except (RuntimeError, OSError, SafetensorError) as e:  # not what student.json describes
-        raise EdgeKDError(
-            f"{folder / 'model.safetensors'} does not hold the {meta.student} student that "
-            f"{STUDENT_FILE} describes ({str(e).splitlines()[0][:120]}); {redo}"
-        ) from None
+        raise refuse(str(e).splitlines()[0][:120]) from None
     model.eval()
     tok = StudentTokenizer.load(folder, meta.max_length, meta.add_special_tokens)
     return model, tok, list(meta.id2label)

@@ -31,6 +31,10 @@ def test_save_student_writes_student_json_stamped_with_the_edgekd_version(tiny_s
         (lambda m: m["config"].update(hidden_size=-3), "config.hidden_size"),
         (lambda m: m["config"].update(depth=9), "config.depth"),
         (lambda m: m.update(vocab_size=7), "does not hold the bilstm student"),
+        # Shapes compared before anything is built: 10¹² rows would be 64 TB of fp32.
+        (lambda m: m.update(vocab_size=10**12), r"embedding.weight: \(\d+, \d+\) stored, "),
+        (lambda m: m.update(num_labels=3), "3 labels but 2 names in id2label"),
+        (lambda m: m.update(vocab_size=0), "vocab_size"),
         (lambda m: m.pop("id2label"), "id2label"),
         (lambda m: m.update(student="lstm9"), "unknown student 'lstm9'"),
     ],
