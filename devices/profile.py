@@ -52,9 +52,10 @@ def one_line(text: Any) -> str:
 
 def synthetic_texts(tokenizer_json: Path, words: int, n: int = 64, seed: int = 0) -> list[str]:
     """`n` texts of `words` whole words (no ##pieces, no [SPECIAL]) from a vocabulary."""
-    from tokenizers import Tokenizer
+    from edgekd.students.tokenizer import read_tokenizer
 
-    vocab = Tokenizer.from_file(str(tokenizer_json)).get_vocab()  # any model type
+    fix = "re-create the folder with `edgekd export`"
+    vocab = read_tokenizer(tokenizer_json, fix).get_vocab()  # any model type
     return synthetic_words(list(vocab), words, n, seed)
 
 

@@ -20,7 +20,7 @@ from edgekd.data import TOKENS_PER_ROW, length_sorted_batches
 from edgekd.errors import EdgeKDError
 from edgekd.io import load_json, parse_json
 from edgekd.students import STUDENT_FILE
-from edgekd.students.tokenizer import StudentTokenizer
+from edgekd.students.tokenizer import StudentTokenizer, read_tokenizer
 
 HF_MAX_LENGTH = 128  # tokens per text for HF-layout ONNX models (teachers)
 
@@ -80,7 +80,6 @@ class OnnxPredictor:
         many of them a call runs, asked at each call (all when unset); the distill stage
         leaves a core to the student while it trains beside the labelling."""
         import onnxruntime as ort
-        from tokenizers import Tokenizer
 
         self.path = Path(path)
         folder = self.path.parent
@@ -91,7 +90,7 @@ class OnnxPredictor:
             meta = StudentMeta.read(file_inside(folder, STUDENT_FILE, fix))
             self.label_names = list(meta.id2label)
             self.tokenizer = StudentTokenizer(
-                Tokenizer.from_file(str(file_inside(folder, TOKENIZER, fix))),
+                read_tokenizer(file_inside(folder, TOKENIZER, fix), fix),
                 meta.max_length,
                 meta.add_special_tokens,
             )
@@ -107,7 +106,7 @@ class OnnxPredictor:
             id2label = id2label or {}
             self.label_names = [str(id2label.get(str(i), i)) for i in range(len(id2label))]
             self.tokenizer = StudentTokenizer(
-                Tokenizer.from_file(str(folder / TOKENIZER)), max_length, True
+                read_tokenizer(folder / TOKENIZER, fix), max_length, True
             )
         else:
             raise EdgeKDError(

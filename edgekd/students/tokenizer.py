@@ -24,6 +24,7 @@ import numpy as np
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 from edgekd.errors import EdgeKDError
+from edgekd.io import MAX_JSON_BYTES, read_regular
 
 PAD, UNK = "[PAD]", "[UNK]"
 
@@ -192,9 +193,23 @@ class StudentTokenizer:
 
     @classmethod
     def load(cls, folder: Path, max_length: int, add_special_tokens: bool = False):
-        return cls(
-            Tokenizer.from_file(str(folder / "tokenizer.json")), max_length, add_special_tokens
-        )
+        fix = "re-create the folder with `edgekd distill`"
+        tokenizer = read_tokenizer(folder / "tokenizer.json", fix)
+        return cls(tokenizer, max_length, add_special_tokens)
+
+
+def read_tokenizer(path: Path, fix: str) -> Any:
+    """A `tokenizers` tokenizer from the tokenizer.json at `path`, a regular file of at
+    most MAX_JSON_BYTES (a 250k-piece multilingual one is ~17 MB); one that the library
+    cannot read is refused in one line naming `fix` (it raises a bare Exception)."""
+    text = read_regular(path, "tokenizer", fix, MAX_JSON_BYTES).decode("utf-8", "replace")
+    try:
+        return Tokenizer.from_str(text)
+    except Exception as e:
+        why = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+        raise EdgeKDError(
+            f"{path} is not a tokenizer file the tokenizers library reads ({why}); {fix}"
+        ) from None
 
 
 def word_pipeline(lowercase: bool) -> tuple[Any, Any]:

@@ -58,3 +58,13 @@ def test_load_student_refuses_weights_that_are_not_safetensors(tiny_student, tmp
     (folder / "model.safetensors").write_bytes(b"\x80\x04 not a tensor file")
     with pytest.raises(EdgeKDError, match=r"model\.safetensors does not hold"):
         load_student(folder)
+
+
+@pytest.mark.parametrize("text", ["{not json", "{}", '{"model": {"type": "Evil"}}'])
+def test_load_student_refuses_a_crafted_tokenizer_json_in_one_line(tiny_student, tmp_path, text):
+    folder = tmp_path / "s"
+    shutil.copytree(tiny_student, folder)
+    (folder / "tokenizer.json").write_text(text)
+    with pytest.raises(EdgeKDError, match="is not a tokenizer file the tokenizers library") as e:
+        load_student(folder)
+    assert "\n" not in str(e.value) and "edgekd distill" in str(e.value)
