@@ -617,11 +617,11 @@ def exported_models(export_dir: Path) -> list[Path]:
 
 def median_length(teacher: str, data: DataConfig) -> int:
     """Median dev length in teacher tokens: the inputs this task will really see."""
-    from transformers import AutoTokenizer
 
     from edgekd.data import median_tokens
+    from edgekd.students.tokenizer import hf_tokenizer
 
-    return median_tokens(AutoTokenizer.from_pretrained(teacher), dev_texts(data))
+    return median_tokens(hf_tokenizer(teacher, "teacher"), dev_texts(data))
 
 
 @functools.lru_cache(maxsize=2)

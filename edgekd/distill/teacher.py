@@ -103,7 +103,7 @@ def check_teacher_config(name_or_path: str, config: Any) -> None:
 def load_teacher(name_or_path: str, require_classifier: bool = True) -> tuple[Any, Any]:
     """Load (model in fp32, eval mode; fast tokenizer) from a folder or hub id."""
     import torch
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForSequenceClassification
 
     from edgekd.hub import require_hub
 
@@ -151,7 +151,9 @@ def load_teacher(name_or_path: str, require_classifier: bool = True) -> tuple[An
         raise EdgeKDError(
             f"cannot load teacher {name_or_path!r} ({type(e).__name__}: {first}); {fix}"
         ) from e
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path, use_fast=True)
+    from edgekd.students.tokenizer import hf_tokenizer
+
+    tokenizer = hf_tokenizer(name_or_path, "teacher")
     model.eval()
     return model, tokenizer
 
@@ -382,7 +384,7 @@ def warm_start(
 def build_classifier(cfg: TeacherConfig, base: str, task: TaskData) -> tuple[Any, Any, str]:
     """(model, tokenizer, pooling) for fine-tuning `base` on `task`'s labels."""
     import torch
-    from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModel, AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
     from edgekd.distill.pooled import PooledClassifier, bare_encoder, base_pooling
@@ -404,7 +406,6 @@ def build_classifier(cfg: TeacherConfig, base: str, task: TaskData) -> tuple[Any
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(base, use_fast=True)
         model: Any
         if pooling == "mean":
             encoder = bare_encoder(AutoModel.from_pretrained, base, **labels, **common)
@@ -420,7 +421,9 @@ def build_classifier(cfg: TeacherConfig, base: str, task: TaskData) -> tuple[Any
         ) from None
     finally:
         hf_logging.set_verbosity(verbosity)
-    return model, tokenizer, pooling
+    from edgekd.students.tokenizer import hf_tokenizer
+
+    return model, hf_tokenizer(base, "base"), pooling
 
 
 def next_stop(

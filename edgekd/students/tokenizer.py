@@ -198,6 +198,24 @@ class StudentTokenizer:
         return cls(tokenizer, max_length, add_special_tokens)
 
 
+def hf_tokenizer(name_or_path: str, what: str) -> Any:
+    """The fast Hugging Face tokenizer of the model folder or hub id `name_or_path` (the
+    `what`: "teacher", "base"); a folder whose tokenizer files are missing or damaged
+    is refused in one line (transformers and tokenizers raise anything from a bare
+    Exception to a TypeError there)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path, use_fast=True)
+    except Exception as e:
+        why = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
+        raise EdgeKDError(
+            f"cannot load the tokenizer of {what} {name_or_path!r} ({type(e).__name__}: {why}); "
+            "its folder needs the tokenizer files it was saved with (tokenizer.json, or "
+            "vocab.txt and tokenizer_config.json)"
+        ) from e
+
+
 def read_tokenizer(path: Path, fix: str) -> Any:
     """A `tokenizers` tokenizer from the tokenizer.json at `path`, a regular file of at
     most MAX_JSON_BYTES (a 250k-piece multilingual one is ~17 MB); one that the library

