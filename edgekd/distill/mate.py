@@ -65,22 +65,23 @@ def kl_rows(teacher: torch.Tensor, student: torch.Tensor) -> torch.Tensor:
 def load_generator(name_or_path: str, teacher_tokenizer: Any) -> Any:
     """The masked LM (fp32, eval mode: no dropout in its draws), checked to read the
     teacher's vocabulary."""
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoModelForMaskedLM
 
     from edgekd.hub import require_hub
+    from edgekd.students.tokenizer import hf_tokenizer
 
     require_hub(name_or_path, "generator")
     try:
         model = AutoModelForMaskedLM.from_pretrained(
             name_or_path, dtype=torch.float32, use_safetensors=True
         )
-        tok = AutoTokenizer.from_pretrained(name_or_path, use_fast=True)
     except (OSError, ValueError) as e:
         first = str(e).splitlines()[0][:160]
         raise EdgeKDError(
             f"cannot load generator {name_or_path!r} as a masked LM ({first}); pass an HF "
             "masked-LM folder or hub id"
         ) from None
+    tok = hf_tokenizer(name_or_path, "generator")
     if tok.get_vocab() != teacher_tokenizer.get_vocab():
         raise EdgeKDError(
             f"generator {name_or_path!r} reads another vocabulary than the teacher; MATE-KD "

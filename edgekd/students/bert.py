@@ -326,7 +326,8 @@ def load_tokenizer(name_or_path: str) -> Any:
     require_hub(name_or_path, "student tokenizer")
     try:
         return AutoTokenizer.from_pretrained(name_or_path, use_fast=True)
-    except (OSError, ValueError) as e:
+    # A damaged tokenizer.json raises a bare Exception from the tokenizers library.
+    except Exception as e:
         raise ValueError(f"cannot load tokenizer {name_or_path!r} ({str(e)[:120]})") from None
 
 
