@@ -460,7 +460,17 @@ def _load_local(path: Path, cfg: DataConfig) -> tuple[RawSplit, RawSplit | None]
     if (path / "dataset_dict.json").is_file():  # a `DatasetDict.save_to_disk` folder
         import datasets
 
-        return _from_hf(datasets.load_from_disk(str(path)), cfg, str(path))
+        try:
+            saved = datasets.load_from_disk(str(path))
+        # A folder with its dataset_dict.json but not the splits it lists, or their
+        # files damaged: datasets raises FileNotFoundError, ValueError, pyarrow's errors…
+        except Exception as e:
+            why = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+            raise EdgeKDError(
+                f"--data {path} is not a dataset `save_to_disk` wrote ({type(e).__name__}: "
+                f"{why}); save it again, or give .tsv, .csv or .jsonl files"
+            ) from e
+        return _from_hf(saved, cfg, str(path))
     train = _find_split_file(path, (cfg.train_split,))
     if train is None:
         raise EdgeKDError(

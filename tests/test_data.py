@@ -119,6 +119,24 @@ def test_load_task_reads_saved_datasetdict_with_classlabel(tmp_path: Path):
     assert task.label_names == ["neg", "pos"] and task.dev.labels == [1]
 
 
+@pytest.mark.parametrize("damage", ["splits-missing", "arrow-garbage"])
+def test_load_task_refuses_a_damaged_save_to_disk_folder_in_one_line(tmp_path, damage):
+    import datasets
+
+    folder = tmp_path / "saved"
+    if damage == "splits-missing":  # the listing, none of what it lists
+        folder.mkdir()
+        (folder / "dataset_dict.json").write_text('{"splits": ["train"]}')
+    else:
+        rows = {"text": ["a", "b"], "label": [0, 1]}
+        datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows)}).save_to_disk(folder)
+        for arrow in folder.rglob("*.arrow"):
+            arrow.write_bytes(b"not arrow at all" * 64)
+    with pytest.raises(EdgeKDError, match="is not a dataset `save_to_disk` wrote") as e:
+        load(folder)
+    assert "\n" not in str(e.value)
+
+
 def test_load_task_uses_hub_name_and_config_when_not_a_path(monkeypatch):
     import datasets
 
