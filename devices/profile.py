@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from edgekd.artifacts import HF_CONFIG, StudentMeta
 from edgekd.config import (
     DEFAULT_DEVICE,
     DEFAULT_RUNS,
@@ -17,6 +18,7 @@ from edgekd.config import (
 )
 from edgekd.devices.base import load_device
 from edgekd.errors import EdgeKDError
+from edgekd.io import load_json
 from edgekd.students import STUDENT_FILE
 
 
@@ -26,20 +28,27 @@ def tokenizer_info(model: Path) -> dict[str, Any] | None:
     if not (folder / "tokenizer.json").is_file():
         return None
     if (folder / STUDENT_FILE).is_file():
-        meta = json.loads((folder / STUDENT_FILE).read_text())
+        meta = StudentMeta.read(folder)  # typed and checked: a crafted one is one line
         return {
             "tokenizer": folder / "tokenizer.json",
-            "max_length": meta["max_length"],
-            "special": meta.get("add_special_tokens", False),
-            "vocab_size": meta["vocab_size"],
+            "max_length": meta.max_length,
+            "special": meta.add_special_tokens,
+            "vocab_size": meta.vocab_size,
         }
-    if (folder / "config.json").is_file():
-        config = json.loads((folder / "config.json").read_text())
+    if (folder / HF_CONFIG).is_file():
+        fix = "re-export the model (optimum-cli export onnx)"
+        config = load_json(folder / HF_CONFIG, fix)
+        vocab = config.get("vocab_size", 1000) if isinstance(config, dict) else None
+        if type(vocab) is not int or vocab < 1:
+            raise EdgeKDError(
+                f"{folder / HF_CONFIG}: vocab_size {str(vocab)[:40]} is not a positive whole "
+                f"number; {fix}"
+            )
         return {
             "tokenizer": folder / "tokenizer.json",
             "max_length": 128,
             "special": True,
-            "vocab_size": config.get("vocab_size", 1000),
+            "vocab_size": vocab,
         }
     return None
 

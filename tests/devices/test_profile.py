@@ -46,3 +46,24 @@ def test_profile_model_passes_threads_zero_as_all_cores_when_set(tmp_path):
     model = identity_model(tmp_path / "id.onnx")
     assert profile_model(model, runs=2, trials=1, warmup=0, seq_len=4, threads=0)["threads"] == 0
     assert profile_model(model, runs=2, trials=1, warmup=0, seq_len=4)["threads"] == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        ("student.json", '{"kind": "student"}', "is not a valid student.json"),
+        ("student.json", "{bad", "is not valid JSON"),
+        ("config.json", '{"vocab_size": "many"}', "vocab_size many is not a positive whole number"),
+        ("config.json", '{"vocab_size": -4}', "vocab_size -4 is not a positive whole number"),
+    ],
+)
+def test_tokenizer_info_refuses_a_crafted_file_beside_the_model_in_one_line(
+    tmp_path, name, text, says
+):
+    from edgekd.devices.profile import tokenizer_info
+
+    (tmp_path / "tokenizer.json").write_text("{}")
+    (tmp_path / name).write_text(text)
+    with pytest.raises(EdgeKDError, match=says) as e:
+        tokenizer_info(tmp_path / "model.onnx")
+    assert "\n" not in str(e.value)
