@@ -147,7 +147,8 @@ def load_teacher(name_or_path: str, require_classifier: bool = True) -> tuple[An
     # Shapes the weights do not have (a width, a pooled teacher's keys) fail inside torch
     # or transformers, each in its own way.
     except (RuntimeError, ValueError, TypeError, IndexError, KeyError) as e:
-        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+        # On one line: torch names the missing weight on the line after its first.
+        first = " ".join(str(e).split())[:200]
         raise EdgeKDError(
             f"cannot load teacher {name_or_path!r} ({type(e).__name__}: {first}); {fix}"
         ) from e

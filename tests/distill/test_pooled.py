@@ -10,6 +10,7 @@ import torch
 from conftest import SMALL_BILSTM
 from edgekd.config import DataConfig, TeacherConfig
 from edgekd.distill.pooled import ARCHITECTURE, POOLING_KEY, base_pooling, mean_pool
+from edgekd.errors import EdgeKDError
 
 
 def test_base_pooling_is_mean_when_sentence_transformers_config_says_so(tmp_path):
@@ -131,8 +132,9 @@ def test_load_teacher_refuses_pooled_folder_missing_a_weight(pooled_teacher, tmp
     state = load_file(copy / "model.safetensors")
     del state["classifier.weight"]
     save_file(state, copy / "model.safetensors")
-    with pytest.raises(RuntimeError, match=r"classifier\.weight"):
+    with pytest.raises(EdgeKDError, match=r"cannot load teacher .*classifier\.weight") as e:
         load_teacher(str(copy))
+    assert "\n" not in str(e.value)
 
 
 def test_export_teacher_pooled_onnx_matches_pytorch_logits(pooled_teacher, tmp_path):

@@ -471,7 +471,10 @@ def test_card_front_matter_holds_crafted_label_names_when_they_hold_yaml_syntax(
     from edgekd.stages.bundle import make_bundle
 
     _, export = copied_chain(tiny_chain, tmp_path)
-    edit_json(export / "student.json", lambda d: d.update(id2label=CRAFTED, student="s\n---"))
+    edit_json(
+        export / "student.json",
+        lambda d: d.update(id2label=CRAFTED, num_labels=len(CRAFTED), student="s\n---"),
+    )
     make_bundle(export, tmp_path / "b")
     text = (tmp_path / "b" / "README.md").read_text(encoding="utf-8")
     front, body = card_parts(text)
