@@ -508,6 +508,75 @@ def manifest_lists(name: str) -> Callable[[Case, Path], None]:
     return change
 
 
+def crafted_model(
+    change: Callable[[Any, Case], None], labels: int | None = None
+) -> Callable[[Case], None]:
+    """Prep: {case}/b, the bundle with its model.onnx changed by `change(ModelProto, case)`
+    (and, `labels`, student.json naming that many), the manifest hashed again: what a
+    crafter of both writes, so only the model's own check can refuse it."""
+
+    def edit(case: Case, folder: Path) -> None:
+        import onnx
+
+        model = onnx.load(str(folder / "model.onnx"))
+        change(model, case)
+        onnx.save(model, str(folder / "model.onnx"))
+        if labels is not None:
+            names = [f"l{i}" for i in range(labels)]
+            edit_json(
+                folder / "student.json", lambda d: d.update(num_labels=labels, id2label=names)
+            )
+
+        def rehash(d: dict[str, Any]) -> None:
+            for name, entry in d["files"].items():
+                data = (folder / name).read_bytes()
+                entry.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+            d["bytes"] = sum(e["bytes"] for e in d["files"].values())
+            if labels is not None:
+                d["labels"] = names
+
+        edit_json(folder / "manifest.json", rehash)
+
+    return bundle_copy(edit)
+
+
+def external_data(location: str) -> Callable[[Any, Case], None]:
+    """The classifier's bias read from `location` (templated; ONNX external data)."""
+
+    def change(model: Any, case: Case) -> None:
+        from onnx import TensorProto
+
+        bias = next(t for t in model.graph.initializer if t.name == "classifier.bias")
+        size = len(bias.raw_data)
+        bias.ClearField("raw_data")
+        bias.data_location = TensorProto.EXTERNAL
+        for key, value in (
+            ("location", location.format(**case.fields)),
+            ("offset", "0"),
+            ("length", str(size)),
+        ):
+            entry = bias.external_data.add()
+            entry.key, entry.value = key, value
+
+    return change
+
+
+def scores_as_wide_as_the_text(model: Any, case: Case) -> None:
+    """The graph replaced by one whose logits are its input ids as floats: [batch,
+    tokens], a width onnxruntime cannot tell before a row runs."""
+    from onnx import TensorProto, helper
+
+    model.graph.ClearField("node")
+    model.graph.ClearField("initializer")
+    model.graph.ClearField("value_info")
+    model.graph.node.append(
+        helper.make_node("Cast", ["input_ids"], ["logits"], to=TensorProto.FLOAT)
+    )
+    dims = model.graph.output[0].type.tensor_type.shape.dim
+    dims[1].Clear()
+    dims[1].dim_param = "tokens"
+
+
 def as_link(case: Case) -> None:
     """Prep: {case}/exp a link to the real export (the user's own choice of path)."""
     os.symlink(case.world.w / "export", case.dir / "exp")
@@ -683,6 +752,12 @@ CASES: dict[str, Any] = {
     "5/predict-zip-renamed-onnx": (["predict", X + "/bundle.onnx", "hi"], 2, "not a valid model"),
     "5/predict-model-renamed-e2e": (["predict", X + "/model.e2e.onnx", "hi"], 2, "export --e2e"),
     "5/predict-text-renamed-onnx": (["predict", X + "/text.onnx", "hi"], 2, "not a valid model"),
+    "3/predict-model-external-data-dotdot": (["predict", "{case}/b", "hi"], 2, "escapes model directory", crafted_model(external_data("../../victims/secret.txt"))),
+    "3/predict-model-external-data-absolute": (["predict", "{case}/b", "hi"], 2, "not a valid model", crafted_model(external_data("{v}/secret.txt"))),
+    "5/predict-model-ir-version-99": (["predict", "{case}/b", "hi"], 2, "IR version: 99", crafted_model(lambda m, c: setattr(m, "ir_version", 99))),
+    "5/predict-model-no-outputs": (["predict", "{case}/b", "hi"], 2, "has no outputs", crafted_model(lambda m, c: m.graph.ClearField("output"))),
+    "5/predict-model-2-scores-for-3-labels": (["predict", "{case}/b", "hi"], 2, "not ['batch', 3]", crafted_model(lambda m, c: None, labels=3)),
+    "5/predict-model-width-unstated": (["predict", "{case}/b", "hi there you"], 2, "returned scores of shape [1, 3], not [1, 2]", crafted_model(scores_as_wide_as_the_text)),
     # 7. Silent acceptance: each refused in one line.
     "7/distill-config-dup-key": ([*DISTILL, "--out", OUT, "--config", X + "/dup.yaml"], 2, "key 'epochs' appears twice"),
     "7/distill-config-dup-key-json": ([*DISTILL, "--out", OUT, "--config", X + "/dup.json"], 2, "appears twice"),

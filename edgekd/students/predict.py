@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,6 +19,7 @@ import numpy as np
 from edgekd.artifacts import HF_CONFIG, TOKENIZER, StudentMeta, file_inside
 from edgekd.data import TOKENS_PER_ROW, length_sorted_batches
 from edgekd.errors import EdgeKDError
+from edgekd.failures import first_line
 from edgekd.io import load_json, parse_json
 from edgekd.students import STUDENT_FILE
 from edgekd.students.tokenizer import StudentTokenizer, read_tokenizer
@@ -59,6 +61,67 @@ def check_rows(texts: list[Any], pairs: bool | None, model: str | Path) -> None:
         f"{model} reads one text per row, but row {i + 1} is a sentence pair; drop "
         "--text-pair-column, or give one text per line (no tab) with --file"
     )
+
+
+def open_session(path: Path, options: Any, fix: str) -> Any:
+    """An onnxruntime session on a model file that may be crafted: what onnxruntime
+    refuses at load (an IR version or opset it does not know, external data named
+    outside the model's folder) is one line that names the file, not an internal error
+    (exit 4)."""
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime's own classes (Fail, InvalidGraph, NoSuchFile, ...)
+        raise EdgeKDError(
+            f"{path} is not a valid model onnxruntime {ort.__version__} can load "
+            f"({ort_reason(e)}); {fix}"
+        ) from e
+
+
+def ort_reason(e: BaseException) -> str:
+    """onnxruntime's reason without its wrapping: `[ONNXRuntimeError] : 1 : FAIL : Load
+    model from P failed:/onnxruntime_src/core/graph/model.cc:256 onnxruntime::Model::
+    Model(...) Unsupported model IR version: 99, ...` says only the last part to a user
+    (the C++ frame filled the 160 characters a line keeps)."""
+    text = first_line(e, limit=1000)
+    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    text = re.sub(r"^Load model from .*? failed:", "", text)
+    text = re.sub(r"^/\S+:\d+ .*?\) (?=[A-Z])", "", text)  # source file:line and signature
+    return text[:160]
+
+
+def check_output(
+    session: Any, path: Path, labels: int, fix: str, name: str | None = None, rank: int | None = 2
+) -> None:
+    """Refuse, before any row runs, a graph whose output `name` (None: its first) cannot
+    hold one score per label: none at all, another rank, or [batch, 3] beside 2 label
+    names. Unchecked, each was an internal error after the first batch had run.
+    `rank` None: any rank (a one-file model of before batching)."""
+    outputs = {o.name: o.shape for o in session.get_outputs()}
+    name = name if name is not None else next(iter(outputs), None)
+    if name not in outputs:
+        what = f"{name} output" if name else "outputs"
+        raise EdgeKDError(f"{path} has no {what} to read scores from; {fix}")
+    shape = outputs[name]
+    # A dimension onnxruntime cannot tell is a name or None; only a number can disagree.
+    if (rank is not None and len(shape) != rank) or (
+        shape and isinstance(shape[-1], int) and shape[-1] != labels
+    ):
+        want = ["batch"] * ((rank or 2) - 1) + [labels]
+        raise EdgeKDError(
+            f"{path}'s {name} output is {shape}, not {want} (one score per label it names); {fix}"
+        )
+
+
+def check_scores(scores: np.ndarray, rows: int, labels: int, path: Path, fix: str) -> None:
+    """Refuse a batch's scores of another shape than [rows, labels] (a crafted graph whose
+    output width `open_session` could not read): numpy would raise a bare ValueError."""
+    if scores.shape != (rows, labels):
+        raise EdgeKDError(
+            f"{path} returned scores of shape {list(scores.shape)}, not [{rows}, {labels}] "
+            f"(rows × labels); {fix}"
+        )
 
 
 class OnnxPredictor:
@@ -103,7 +166,8 @@ class OnnxPredictor:
             id2label = config.get("id2label") if isinstance(config, dict) else None
             if not isinstance(id2label, dict | None):
                 raise EdgeKDError(f"{folder / HF_CONFIG}: id2label is not a mapping; {fix}")
-            id2label = id2label or {}
+            if not id2label:
+                raise EdgeKDError(f"{folder / HF_CONFIG} names no labels (id2label); {fix}")
             self.label_names = [str(id2label.get(str(i), i)) for i in range(len(id2label))]
             self.tokenizer = StudentTokenizer(
                 read_tokenizer(folder / TOKENIZER, fix), max_length, True
@@ -118,11 +182,10 @@ class OnnxPredictor:
         # Errors only: an early-exit graph's overridable `exit_threshold` draws a warning
         # at every load.
         options.log_severity_level = 3
-        self.sessions = [
-            ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
-            for _ in range(workers)
-        ]
+        self.fix = fix
+        self.sessions = [open_session(self.path, options, fix) for _ in range(workers)]
         self.session = self.sessions[0]
+        check_output(self.session, self.path, len(self.label_names), fix)
         self.active = active
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.pairs = reads_pairs(self.input_names, self.tokenizer.add_special_tokens)
@@ -174,6 +237,7 @@ class OnnxPredictor:
                 for idx in batches[worker::running]:
                     feed = self.feed([ids[i] for i in idx])
                     outputs = self.sessions[worker].run(None, feed)
+                    check_scores(outputs[0], len(idx), out.shape[1], self.path, self.fix)
                     out[idx] = outputs[0]
                     if sink is not None:  # outputs[1]: the teacher's `hidden`
                         sink.record([texts[i] for i in idx], outputs[1], feed["input_ids"])
@@ -240,18 +304,12 @@ class E2EPredictor:
         the two-step path (benchmarks/results/e2e_sst2.md); an int8 model scales its
         activations over the whole call, so the same rows batched otherwise can differ
         in the last digits (the export checks labels at batch 1, 8 and 32)."""
-        import onnxruntime as ort
-
         self.path = Path(path)
-        self.session = ort.InferenceSession(
-            str(self.path), extension_options(threads), providers=["CPUExecutionProvider"]
-        )
+        fix = "make it with `edgekd export --e2e`"
+        self.session = open_session(self.path, extension_options(threads), fix)
         names = self.session.get_modelmeta().custom_metadata_map.get(E2E_LABELS)
         if names is None:
-            raise EdgeKDError(
-                f"{path} has no {E2E_LABELS} metadata; make it with `edgekd export --e2e`"
-            )
-        fix = "make it with `edgekd export --e2e`"
+            raise EdgeKDError(f"{path} has no {E2E_LABELS} metadata; {fix}")
         try:
             labels = parse_json(names, f"{path}'s {E2E_LABELS} metadata")
         except json.JSONDecodeError:
@@ -259,11 +317,15 @@ class E2EPredictor:
         if not isinstance(labels, list) or not all(isinstance(n, str) for n in labels):
             raise EdgeKDError(f"{path}'s {E2E_LABELS} metadata is not a JSON list of names; {fix}")
         self.label_names = labels
+        one_row = self.session.get_outputs()[0].shape == [1]
+        rank = None if one_row else 2
+        check_output(self.session, self.path, len(labels), fix, "probabilities", rank)
+        self.fix = fix
         # [N, 2] strings: a pair model. A file of edgekd before batching says `label` is
         # [1] (its graph reads one row a call, a pair as a [2] tensor): still read so,
         # one row a call, so a bundle shipped then keeps working.
         self.pairs: bool | None = len(self.session.get_inputs()[0].shape) == 2
-        self.one_row = self.session.get_outputs()[0].shape == [1]
+        self.one_row = one_row
         if self.one_row:
             self.pairs = None  # that graph cannot tell; it reads what it is given
         self.batch_size = 1 if self.one_row else batch_size
@@ -281,7 +343,11 @@ class E2EPredictor:
                 rows = np.array([text] if isinstance(text, str) else list(text), dtype=object)
             else:  # [N] texts, or [N, 2] pairs
                 rows = np.array([list(t) for t in chunk] if self.pairs else chunk, object)
-            out[start : start + len(chunk)] = self.session.run(["probabilities"], {"text": rows})[0]
+            scores = self.session.run(["probabilities"], {"text": rows})[0]
+            if self.one_row:
+                scores = scores.reshape(1, -1)  # one row's scores, whatever rank it gave
+            check_scores(scores, len(chunk), len(self.label_names), self.path, self.fix)
+            out[start : start + len(chunk)] = scores
         return out
 
     def logits(self, texts: list[Any]) -> np.ndarray:
