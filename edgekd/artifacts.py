@@ -13,6 +13,7 @@ a device can report more without a schema change here.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -91,6 +92,26 @@ def _plain_name(value: str) -> str:
 
 # A file name inside the artifact's folder, refused on reading otherwise.
 PlainName = Annotated[str, AfterValidator(_plain_name)]
+
+
+def _within(low: float, high: float) -> AfterValidator:
+    """A measured value a gate reads, refused on reading outside [low, high]: a crafted
+    or broken file's -1 ms p90 or 1.5 accuracy passed a budget before. Not a finite
+    number (NaN, an infinity) stays readable and reads as not measured
+    (`edgekd.budget.measured`), which fails the limit: both close the gate."""
+
+    def check(value: float | None) -> float | None:
+        if value is not None and math.isfinite(value) and not low <= value <= high:
+            raise ValueError(f"{value} is outside {low:g}..{high:g}")
+        return value
+
+    return AfterValidator(check)
+
+
+Share = Annotated[float | None, _within(0, 1)]  # of dev rows: accuracy, agreement, F1
+Correlation = Annotated[float | None, _within(-1, 1)]  # MCC; an int8 drop
+Amount = Annotated[float | None, _within(0, math.inf)]  # ms, MB: never below 0
+Count = Annotated[int, Field(ge=0)]  # bytes, rows
 
 
 def file_inside(folder: str | Path, name: str, fix: str) -> Path:
@@ -392,13 +413,11 @@ class ExportedModel(Nested):
 
     path: PlainName = Field(..., description="File name inside the export folder.")
     # Measured values may be absent: a limit on one then reads as not measured and fails.
-    bytes: int | None = None
-    accuracy: float | None = None
-    mcc: float | None = Field(None, description="Matthews correlation on the dev rows, -1..1.")
-    macro_f1: float | None = Field(None, description="F1 averaged over labels, dev rows, 0..1.")
-    agreement: float | None = Field(
-        None, description="Share of dev rows agreeing with PyTorch, 0..1."
-    )
+    bytes: Count | None = None
+    accuracy: Share = None
+    mcc: Correlation = Field(None, description="Matthews correlation on the dev rows, -1..1.")
+    macro_f1: Share = Field(None, description="F1 averaged over labels, dev rows, 0..1.")
+    agreement: Share = Field(None, description="Share of dev rows agreeing with PyTorch, 0..1.")
     max_abs_diff: float | None = None
 
 
@@ -455,14 +474,14 @@ class ExportReport(Artifact):
     student: str | None = Field(None, description="The student folder exported.")
     atol: float | None = Field(None, description="Tolerance the ONNX logits were held to.")
     models: dict[Literal["fp32", "int8"], ExportedModel]
-    student_accuracy: float | None = None
-    teacher_accuracy: float | None = None
-    tfidf_accuracy: float | None = Field(
+    student_accuracy: Share = None
+    teacher_accuracy: Share = None
+    tfidf_accuracy: Share = Field(
         None, description="TF-IDF + LR on the same dev rows (the student's distill run)."
     )
     int8_refused: bool = False
-    int8_drop: float | None = None
-    n_dev: int | None = None
+    int8_drop: Correlation = None
+    n_dev: Count | None = None
     formats: list[str] = Field(default_factory=list, description="Formats written, in order.")
     e2e: E2EModel | None = None
     early_exit: EarlyExit | None = None
@@ -537,12 +556,12 @@ class ProfileResult(Artifact):
     device: str = DEFAULT_DEVICE
     threads: int
     # Measured values may be absent: a limit on one then reads as not measured and fails.
-    bytes: int | None = None
-    seq_len: int | None = None
-    p50_ms: float | None = None
-    p90_ms: float | None = None
-    load_ms: float | None = None
-    peak_rss_mb: float | None = None
+    bytes: Count | None = None
+    seq_len: Count | None = None
+    p50_ms: Amount = None
+    p90_ms: Amount = None
+    load_ms: Amount = None
+    peak_rss_mb: Amount = None
     noisy: bool = False
     end_to_end: dict[str, Any] | None = None
     vs: dict[str, Any] | None = None
@@ -724,12 +743,12 @@ class Candidate(Nested):
     student: dict[str, Any]  # {name, options}, as distill.student takes it
     params: int
     model: Literal["fp32", "int8"]  # what its export ships
-    bytes: int  # the shipped model file
-    bundle_bytes: int  # model + tokenizer + student.json, what `edgekd bundle` ships
-    p50_ms: float | None = None
-    p90_ms: float | None = None
-    peak_rss_mb: float | None = None
-    load_ms: float | None = None
+    bytes: Count  # the shipped model file
+    bundle_bytes: Count  # model + tokenizer + student.json, what `edgekd bundle` ships
+    p50_ms: Amount = None
+    p90_ms: Amount = None
+    peak_rss_mb: Amount = None
+    load_ms: Amount = None
     fits: bool
     failed: list[str] = Field(default_factory=list)  # the limits it misses
 
@@ -791,7 +810,7 @@ class RunManifest(Artifact):
 
 class BundleFile(Nested):
     sha256: str
-    bytes: int
+    bytes: Count
 
 
 class BundleManifest(Artifact):
@@ -802,8 +821,8 @@ class BundleManifest(Artifact):
     model: Literal["fp32", "int8"] = Field(..., description="Which exported model ships.")
     e2e: bool = Field(False, description="It ships as model.e2e.onnx, tokenizer inside.")
     files: dict[PlainName, BundleFile] = Field(..., min_length=1)
-    bytes: int
-    accuracy: float | None = None
+    bytes: Count
+    accuracy: Share = None
     labels: list[str]
     profile: ProfileResult | None = None
     # The shipped model's dev predictions (one model under its kind), so a bundle can

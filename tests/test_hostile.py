@@ -189,6 +189,7 @@ def make_bad(w: Path) -> None:
     (x / "dup.yaml").write_text("epochs: 1\nepochs: 2\n")
     (x / "dup.json").write_text('{"epochs": 1, "epochs": 2}\n')
     (x / "dup-budget.yaml").write_text("max_bytes: 100000000\nmax_bytes: 1\n")
+    (x / "budget.yaml").write_text("model: fp32\nmax_bytes: 100000000\n")
     (x / "escape-key.yaml").write_text('"\\e[2J\\e]0;title\\a": 1\n')
     (x / "markup-key.yaml").write_text(f'"{FAKE}": 1\n')
     both = x / "both"
@@ -577,6 +578,23 @@ def scores_as_wide_as_the_text(model: Any, case: Case) -> None:
     dims[1].dim_param = "tokens"
 
 
+def export_json(change: Callable[[dict[str, Any]], None]) -> Callable[[Case], None]:
+    """Prep: {case}/exp, the export with export.json changed by `change`."""
+    return export_copy(lambda case, folder: edit_json(folder / "export.json", change))
+
+
+def profile_folder(**values: Any) -> Callable[[Case], None]:
+    """Prep: {case}/prof holding a profile.json of the export's fp32 model with `values`."""
+
+    def prep(case: Case) -> None:
+        (case.dir / "prof").mkdir()
+        data = {"edgekd_version": "0.1.0", "kind": "profile", "model": "model.onnx"}
+        data.update({"device": "local-cpu", "threads": 1, "p90_ms": 1.0, **values})
+        (case.dir / "prof" / "profile.json").write_text(json.dumps(data))
+
+    return prep
+
+
 def as_link(case: Case) -> None:
     """Prep: {case}/exp a link to the real export (the user's own choice of path)."""
     os.symlink(case.world.w / "export", case.dir / "exp")
@@ -767,6 +785,11 @@ CASES: dict[str, Any] = {
     "7/distill-jsonl-text-object": ([*DISTILL[:4], X + "/object.jsonl", *QUICK, "--out", OUT], 2, "'text' holds an object"),
     "7/distill-jsonl-text-list": ([*DISTILL[:4], X + "/list.jsonl", *QUICK, "--out", OUT], 2, "'text' holds a list"),
     "7/export-exit-threshold-bilstm": (["export", S, "--out", OUT, "--exit-threshold", "0.5"], 2, "drop --exit-threshold"),
+    "7/check-profile-p90-below-zero": (["check", E, "{case}/prof", "-s", "max_p90_ms=5", "--budget", X + "/budget.yaml"], 2, "p90_ms: Value error, -1.0 is outside 0..inf", profile_folder(p90_ms=-1.0)),
+    "7/check-profile-p90-1ms-passes": (["check", E, "{case}/prof", "-s", "max_p90_ms=5", "--budget", X + "/budget.yaml"], 0, "1 ms", profile_folder()),
+    "7/check-profile-p90-nan-fails": (["check", E, "{case}/prof", "-s", "max_p90_ms=5", "--budget", X + "/budget.yaml"], 1, "missing", profile_folder(p90_ms=float("nan"))),
+    "7/check-export-accuracy-over-1": (["check", "{case}/exp", "-s", "min_accuracy=0.9", "--budget", X + "/budget.yaml"], 2, "1.5 is outside 0..1", export_json(lambda d: d["models"]["fp32"].update(accuracy=1.5))),
+    "7/check-export-bytes-below-zero": (["check", "{case}/exp", "-s", "max_bytes=1000", "--budget", X + "/budget.yaml"], 2, "greater than or equal to 0", export_json(lambda d: d["models"]["fp32"].update(bytes=-5))),
     "7/predict-manifest-format-99": (["predict", X + "/format-bundle", "hi"], 2, "is format 99, which this edgekd does not read"),
     "7/bundle-export-format-2": (["bundle", X + "/format-export", "--out", OUT], 2, "is format 2"),
     "7/bundle-export-unknown-kind": (["bundle", X + "/kind-export", "--out", OUT], 2, "kind"),
