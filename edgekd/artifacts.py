@@ -110,7 +110,9 @@ def _within(low: float, high: float) -> AfterValidator:
 
 Share = Annotated[float | None, _within(0, 1)]  # of dev rows: accuracy, agreement, F1
 Correlation = Annotated[float | None, _within(-1, 1)]  # MCC; an int8 drop
-Amount = Annotated[float | None, _within(0, math.inf)]  # ms, MB: never below 0
+# Milliseconds or megabytes: 1e9 ms is 11.6 days for one call, 1e9 MB a petabyte; past
+# either it is no measurement (and 1e308 overflowed the report's plot axes).
+Amount = Annotated[float | None, _within(0, 1e9)]
 Count = Annotated[int, Field(ge=0)]  # bytes, rows
 
 

@@ -49,6 +49,29 @@ class Point:
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # device → profile
 
 
+def positive(value: Any) -> float | None:
+    """`value` when it can sit on a log axis or under a ratio (a finite number above 0),
+    else None: a profile with p50 0, NaN or none, or a 0-byte model file, is shown as
+    not measured ("—") and left off the plot, where it crashed the page before."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok and math.isfinite(value) and value > 0 else None
+
+
+def ratio(base: Any, value: Any) -> str:
+    """`base / value` as "2.5×", or "—" unless both are `positive`."""
+    a, b = positive(base), positive(value)
+    return "—" if a is None or b is None else f"{a / b:.1f}×"
+
+
+def front_marks(rows: list[tuple[Point, dict[str, Any]]]) -> list[bool]:
+    """Each row on the Pareto front (`pareto_front`), counting only measured rows: one
+    without accuracy, latency or size is never on it."""
+    measured = [(p.accuracy, positive(prof.get("p50_ms")), positive(p.bytes)) for p, prof in rows]
+    known = [(a, t, b) for a, t, b in measured if a is not None and t and b]
+    marks = iter(pareto_front(known))  # type: ignore[arg-type]  # None filtered above
+    return [next(marks) if a is not None and t and b else False for a, t, b in measured]
+
+
 def variant_name(export_dir: Path, run_dir: Path) -> str:
     """`run/small/export` → `small`; `run/export` (one student) → `student`."""
     folder = export_dir.parent if export_dir.name == "export" else export_dir
@@ -137,10 +160,14 @@ def plot_device(rows: list[tuple[Point, dict[str, Any]]], device: str, out: Path
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator
 
-    scored = [(p, prof) for p, prof in rows if p.accuracy is not None]
+    scored = [
+        (p, prof)
+        for p, prof in rows
+        if p.accuracy is not None and positive(prof.get("p50_ms")) and positive(p.bytes)
+    ]
     if not scored:
         return None
-    front = pareto_front([(p.accuracy or 0.0, prof["p50_ms"], p.bytes) for p, prof in scored])
+    front = front_marks(scored)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     panels = (
         ("p50 latency, ms (log)", lambda p, prof: prof["p50_ms"]),
@@ -269,8 +296,8 @@ def report(
                     f'<img alt="accuracy vs latency and size on {device}" '
                     f'src="data:image/png;base64,{data}">'
                 )
-            front = pareto_front([(p.accuracy or 0.0, prof["p50_ms"], p.bytes) for p, prof in rows])
-            cpu = html.escape(rows[0][1].get("cpu", "?"))
+            front = front_marks(rows)
+            cpu = html.escape(str(rows[0][1].get("cpu", "?")))
             # Ratios against the teacher when it was profiled, else the largest model.
             base = next(((p, prof) for p, prof in rows if p.label == "teacher fp32"), rows[0])
             table = table_html(
@@ -297,9 +324,9 @@ def report(
                         fmt(prof.get("iqr_ms"), ".3f"),
                         fmt(prof.get("load_ms"), ".1f"),
                         fmt(prof.get("peak_rss_mb"), ".1f"),
-                        f"{base[0].bytes / p.bytes:.1f}×",
-                        f"{base[1]['p50_ms'] / prof['p50_ms']:.1f}×",
-                        "★" if f and p.accuracy is not None else "",
+                        ratio(base[0].bytes, p.bytes),
+                        ratio(base[1].get("p50_ms"), prof.get("p50_ms")),
+                        "★" if f else "",
                     ]
                     for (p, prof), f in zip(rows, front, strict=True)
                 ],
@@ -348,7 +375,7 @@ def report(
                         "label": p.label,
                         "accuracy": p.accuracy,
                         "bytes": p.bytes,
-                        "p50_ms": {d: prof["p50_ms"] for d, prof in p.profiles.items()},
+                        "p50_ms": {d: prof.get("p50_ms") for d, prof in p.profiles.items()},
                     }
                     for p in points
                 ],

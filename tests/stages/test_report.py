@@ -1,6 +1,7 @@
 """The report: Pareto front by hand, and the page rendered the way a person sees it."""
 
 import json
+import re
 import shutil
 import subprocess
 
@@ -82,6 +83,33 @@ def test_report_writes_page_plot_and_budget_table(run_dir):
     assert "<h2>local-cpu</h2>" in text and "teacher fp32" in text
     assert "student/check: int8 model on local-cpu" in text
     assert '<span class="bad">FAIL</span>' in text and "150 B" in text
+
+
+@pytest.mark.parametrize("p50", [0.0, float("nan"), None])
+def test_report_shows_an_unmeasured_latency_as_a_dash_when_p50_is(run_dir, p50):
+    """A profile whose p50 is 0, NaN or absent (a crafted or broken file; NaN is what
+    `measured` reads as not measured) and a 0-byte model: the page still renders, with
+    "—" where a ratio would divide by them and no star, and the plot keeps the rest.
+    Before, each crashed the report (math domain error, KeyError, ZeroDivisionError)."""
+    prof = run_dir / "profiles" / "profile-2.json"  # the int8 student's
+    data = json.loads(prof.read_text())
+    if p50 is None:
+        del data["p50_ms"]
+    else:
+        data["p50_ms"] = p50
+    prof.write_text(json.dumps(data))
+    (run_dir / "student" / "export" / "model.onnx").write_bytes(b"")  # 0 bytes
+    page = write_report(run_dir)
+    # model, acc, bytes, p50, p90, IQR, load, RSS, smaller, faster, Pareto
+    rows = {
+        cells[0]: cells
+        for cells in (re.findall(r"<td>(.*?)</td>", r) for r in page.read_text().split("<tr>"))
+        if len(cells) == 11
+    }
+    assert rows["student int8"][9:] == ["—", ""]  # faster than nothing measured; no star
+    assert rows["student fp32"][8] == "—"  # smaller: its file is 0 bytes
+    assert rows["teacher fp32"][10] == "★"  # the measured rows still make the front
+    assert (page.parent / "pareto-local-cpu.png").stat().st_size > 10_000
 
 
 def test_report_on_an_empty_folder_names_the_fix(tmp_path):
