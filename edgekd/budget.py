@@ -42,6 +42,19 @@ def fraction(value: Any) -> Any:
 Margin = Annotated[float, BeforeValidator(fraction), Field(ge=0)]
 
 
+def whole(value: Any) -> Any:
+    """A count written as a float with nothing after the point (`2e6`, 2000000.0) as an
+    int: `max_bytes: 2e6` is how people write two megabytes, and the strict config
+    refused it (the CLI's own help showed `devices.rpi4.max_bytes=2e6`). 2.5e0 stays a
+    float and is refused as no whole number of bytes."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Bytes = Annotated[int, BeforeValidator(whole), Field(ge=1)]
+
+
 class Budget(StrictModel):
     model: Literal["int8", "fp32", "shipped"] = Field(
         "int8",
@@ -55,7 +68,7 @@ class Budget(StrictModel):
         description="Thread count the latency limit applies to (0: all cores, as profiled "
         "with --threads 0).",
     )
-    max_bytes: int | None = Field(None, ge=1, description="Model file size, bytes.")
+    max_bytes: Bytes | None = Field(None, description="Model file size, bytes (2e6: 2 MB).")
     max_p90_ms: float | None = Field(None, gt=0, description="p90 latency at batch 1, ms.")
     min_accuracy: float | None = Field(None, ge=0, le=1, description="Dev accuracy, 0..1.")
     min_mcc: float | None = Field(

@@ -192,7 +192,7 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "check/garbled-export": (["check", X + "/garbled-export", "--budget", "{w}/ok-budget.yaml"], 2, "not valid JSON"),
     "check/array-export": (["check", X + "/array-export", "--budget", "{w}/ok-budget.yaml"], 2, "not a JSON object"),
     "check/unknown-device": (["check", E, "--budget", "{w}/ok-budget.yaml", "--device", "toaster"], 2, "valid names"),
-    "check/no-budget-no-baseline": (["check", E], 2, "--budget, --baseline or both"),
+    "check/no-budget-no-baseline": (["check", E], 2, "needs limits: --budget FILE"),
     "check/baseline-missing": (["check", E, "--baseline", "{w}/nope"], 2, "does not exist"),
     "check/baseline-not-a-run": (["check", E, "--baseline", X], 2, "no export folder, bundle or profile"),
     "check/margin-ambiguous": (["check", E, "--baseline", E, "-s", "max_latency_regression=5"], 2, "ambiguous"),

@@ -283,3 +283,37 @@ def test_collect_metrics_reads_mcc_and_macro_f1_and_fails_an_export_without_them
     m = collect_metrics([tmp_path], budget)
     assert (m["mcc"], m["macro_f1"]) == (0.25, 0.62)
     assert [r.status for r in evaluate(budget, m)] == ["pass", "pass"]
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("max_bytes: 2e6\n", 2_000_000),
+        ("max_bytes: 1.5e6\n", 1_500_000),
+        ("max_bytes: 2000000.0\n", 2_000_000),
+        ("max_bytes: 2.5\n", "Input should be a valid integer"),
+        ("max_bytes: 0.0\n", "greater than or equal to 1"),
+    ],
+)
+def test_load_budget_reads_max_bytes_in_e_notation_as_a_whole_number(tmp_path, text, want):
+    path = tmp_path / "b.yaml"
+    path.write_text(text + "devices: {pi: {" + text.strip() + "}}\n")
+    if isinstance(want, str):
+        with pytest.raises(EdgeKDError, match=want):
+            load_budget(path)
+        return
+    b = load_budget(path)
+    assert b.max_bytes == want and type(b.max_bytes) is int
+    assert b.for_device("pi").max_bytes == want
+
+
+def test_check_gates_on_set_fields_alone_when_given_no_budget_file(tmp_path):
+    from edgekd.stages.check import check
+
+    int8 = {"path": "model.int8.onnx", "bytes": 1_500_000, "accuracy": 0.8}
+    (tmp_path / "export.json").write_text(json.dumps({"models": {"int8": int8}}))
+    result = check(None, [tmp_path], sets={"max_bytes": 2e6})  # `-s max_bytes=2e6`
+    assert [(r.limit, r.threshold, r.passed) for r in result.limits] == [("max_bytes", 2e6, True)]
+    assert not check(None, [tmp_path], sets={"max_bytes": 1e6}).passed
+    with pytest.raises(EdgeKDError, match=r"needs limits: --budget FILE, -s max_p90_ms=5"):
+        check(None, [tmp_path])

@@ -58,10 +58,15 @@ def check(
             raise EdgeKDError(f"{flag} {given} does not exist; check the path")
     path = None
     if budget is None:
-        if baseline is None:
-            raise EdgeKDError("edgekd check needs --budget, --baseline or both")
-        # The margins' defaults, and any `-s` over them (-s max_latency_regression=10%).
-        budget = validate(Budget, apply_sets({"model": "shipped"}, sets or {}), "--set")
+        if baseline is None and not sets and device is None:
+            raise EdgeKDError(
+                "edgekd check needs limits: --budget FILE, -s max_p90_ms=5, --device NAME "
+                "(its spec's limits) or --baseline"
+            )
+        # Without a file, the budget is `-s` alone (-s max_bytes=2e6), the device spec's
+        # limits, or a baseline's default margins (each side's shipped model compared).
+        start = {"model": "shipped"} if baseline is not None else {}
+        budget = validate(Budget, apply_sets(start, sets or {}), "--set")
     elif not isinstance(budget, Budget):
         path, budget = str(budget), load_budget(budget, sets)
     dirs = [Path(a) for a in artifacts]
