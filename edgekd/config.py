@@ -1241,6 +1241,17 @@ def _expanded_size(
     return count, height
 
 
+def _construct_number(loader: _Loader, node: Any) -> float | int:
+    """A YAML 1.2 float, but `2e6` (e-notation with no point) whole: an int. Strict int
+    fields (max_train, n_iter, max_bytes) take it, as float fields take any int, so a
+    count is written as everyone writes one; `2.0e6` stays a float, and so does one past
+    2**53, where a float no longer holds every whole number (1e30 is not 10**30)."""
+    value: float = loader.construct_yaml_float(node)
+    whole = "." not in node.value and value.is_integer() and abs(value) <= 2**53
+    return int(value) if whole else value
+
+
+_Loader.add_constructor("tag:yaml.org,2002:float", _construct_number)
 _Loader.yaml_implicit_resolvers = {
     k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]
     for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()

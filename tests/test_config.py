@@ -46,6 +46,22 @@ def test_parse_yaml_reads_numbers_as_yaml_1_2(text, value):
     assert parse_yaml(text) == value
 
 
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("2e6", 2_000_000), ("1E3", 1000), ("-3e2", -300), ("2.0e6", 2e6), ("1e30", 1e30)],
+)
+def test_parse_yaml_reads_whole_e_notation_without_a_point_as_an_int(text, value):
+    got = parse_yaml(text)
+    # 1e30 stays a float: past 2**53 a float is no exact whole number.
+    assert got == value and type(got) is type(value)
+
+
+def test_an_int_field_takes_a_count_in_e_notation():
+    sets = parse_sets(["data.max_train=1e4"])
+    cfg = DistillConfig.model_validate(apply_sets({"teacher": "t", "data": {"spec": "d"}}, sets))
+    assert cfg.data.max_train == 10_000
+
+
 @pytest.mark.parametrize("text", ["._", ".", "_.", "-._", "1_"])
 def test_parse_yaml_keeps_digitless_dots_as_strings(text):
     # `._` once matched the float pattern and crashed float('.') (found by hypothesis).
