@@ -969,6 +969,26 @@ class TrimReport(Artifact):
     dev_accuracy_after: float | None = None
 
 
+class ReportPoint(Nested):
+    """One model of a report: what its Pareto plot places."""
+
+    label: str  # e.g. "student int8", "teacher fp32"
+    accuracy: float | None = None
+    bytes: int
+    p50_ms: dict[str, float | None] = Field(
+        default_factory=dict, description="Device → p50 latency at batch 1 (None: unmeasured)."
+    )
+
+
+class ReportPoints(Artifact):
+    """`points.json` beside `report.html`: the report's models as data, for scripts."""
+
+    FILE: ClassVar[str] = "points.json"
+    MADE_BY: ClassVar[str] = "edgekd report"
+    kind: Literal["report-points"] = "report-points"
+    points: list[ReportPoint]
+
+
 class EvalResult(Artifact):
     FILE: ClassVar[str] = "eval.json"
     MADE_BY: ClassVar[str] = "edgekd eval"

@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import build_tiny_bert
+from edgekd.artifacts import ReportPoints
 from edgekd.cli import app
 
 
@@ -52,8 +53,8 @@ def test_quickstart_runs_every_stage_and_exits_with_the_budget_verdict(tmp_path,
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["recipe"].endswith("recipes/quickstart.yaml")
     assert manifest["overrides"]["distill.epochs"] == 1
-    points = json.loads((out / "report" / "points.json").read_text())
-    assert {p["label"] for p in points} >= {"teacher fp32", "student fp32"}
+    points = ReportPoints.read(out / "report").points
+    assert {p.label for p in points} >= {"teacher fp32", "student fp32"}
 
     # A rerun is the recipe's: every stage cached, the same table.
     r = CliRunner().invoke(app, args, catch_exceptions=False)

@@ -10,6 +10,7 @@ import yaml
 
 from conftest import FEW_VARIANTS, SMALL_BILSTM
 from edgekd import recipe as recipe_module
+from edgekd.artifacts import ReportPoints
 from edgekd.errors import EdgeKDError
 from edgekd.io import source_digest
 from edgekd.recipe import (
@@ -89,7 +90,7 @@ def test_run_recipe_caches_stages_and_reruns_only_what_changed(tmp_path, tiny_te
 
     # A variant removed from the recipe drops out of the report (its folder stays).
     assert run_recipe(path=recipe, overrides={"variants": {"small": {}}}) == 1
-    labels = {p["label"] for p in json.loads((run / "report" / "points.json").read_text())}
+    labels = {p.label for p in ReportPoints.read(run / "report").points}
     assert labels == {"teacher fp32", "small fp32", "small int8"}
     assert (run / "tiny" / "student").is_dir()
 

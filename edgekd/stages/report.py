@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,8 @@ from edgekd.artifacts import (
     CheckResult,
     ExportReport,
     ProfileSweep,
+    ReportPoint,
+    ReportPoints,
     RunManifest,
     read_profile,
 )
@@ -368,19 +369,15 @@ def report(
             + "</body></html>\n"
         )
         (tmp / REPORT_PAGE).write_text(page, encoding="utf-8")
-        (tmp / "points.json").write_text(
-            json.dumps(
-                [
-                    {
-                        "label": p.label,
-                        "accuracy": p.accuracy,
-                        "bytes": p.bytes,
-                        "p50_ms": {d: prof.get("p50_ms") for d, prof in p.profiles.items()},
-                    }
-                    for p in points
-                ],
-                indent=2,
-            )
-            + "\n"
-        )
+        ReportPoints(
+            points=[
+                ReportPoint(
+                    label=p.label,
+                    accuracy=p.accuracy,
+                    bytes=p.bytes,
+                    p50_ms={d: prof.get("p50_ms") for d, prof in p.profiles.items()},
+                )
+                for p in points
+            ]
+        ).write(tmp)
     return out_dir / REPORT_PAGE

@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from conftest import identity_model
+from edgekd.artifacts import ReportPoints
 from edgekd.errors import EdgeKDError
 from edgekd.stages.report import FRONT_COLOUR, collect_points, pareto_front
 from edgekd.stages.report import report as write_report
@@ -83,6 +84,9 @@ def test_report_writes_page_plot_and_budget_table(run_dir):
     assert "<h2>local-cpu</h2>" in text and "teacher fp32" in text
     assert "student/check: int8 model on local-cpu" in text
     assert '<span class="bad">FAIL</span>' in text and "150 B" in text
+    points = {p.label: p for p in ReportPoints.read(page.parent).points}
+    assert points["student int8"].p50_ms == {"local-cpu": 0.2}
+    assert points["teacher fp32"].accuracy == 0.90
 
 
 @pytest.mark.parametrize("p50", [0.0, float("nan"), None])
