@@ -317,3 +317,7 @@ def test_check_gates_on_set_fields_alone_when_given_no_budget_file(tmp_path):
     assert not check(None, [tmp_path], sets={"max_bytes": 1e6}).passed
     with pytest.raises(EdgeKDError, match=r"needs limits: --budget FILE, -s max_p90_ms=5"):
         check(None, [tmp_path])
+    # A device alone: its spec's own limits, unmeasured here (no profile there): fails.
+    result = check(None, [tmp_path], device="raspberry-pi-4")
+    assert {r.limit for r in result.limits} >= {"max_p90_ms"} and not result.passed
+    assert all(r.status == "missing" for r in result.limits)
