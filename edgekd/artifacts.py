@@ -263,7 +263,7 @@ class StudentMeta(Artifact):
     vocab_size: int = Field(..., ge=1)
     num_labels: int = Field(..., ge=2)
     id2label: list[str]
-    max_length: int = Field(..., ge=1)
+    max_length: int = Field(..., ge=1, le=MAX_TOKENS)  # as distill bounds it; 10**9 lifted the cap
     add_special_tokens: bool = False
 
     @model_validator(mode="after")

@@ -510,11 +510,11 @@ def manifest_lists(name: str) -> Callable[[Case, Path], None]:
 
 
 def crafted_model(
-    change: Callable[[Any, Case], None], labels: int | None = None
+    change: Callable[[Any, Case], None], labels: int | None = None, **student: Any
 ) -> Callable[[Case], None]:
     """Prep: {case}/b, the bundle with its model.onnx changed by `change(ModelProto, case)`
-    (and, `labels`, student.json naming that many), the manifest hashed again: what a
-    crafter of both writes, so only the model's own check can refuse it."""
+    (and, `labels`, student.json naming that many; `student`, its other fields), the
+    manifest hashed again: what a crafter of both writes, so only the model's own check can refuse it."""
 
     def edit(case: Case, folder: Path) -> None:
         import onnx
@@ -527,6 +527,8 @@ def crafted_model(
             edit_json(
                 folder / "student.json", lambda d: d.update(num_labels=labels, id2label=names)
             )
+        if student:  # other student.json fields
+            edit_json(folder / "student.json", lambda d: d.update(student))
 
         def rehash(d: dict[str, Any]) -> None:
             for name, entry in d["files"].items():
@@ -775,6 +777,7 @@ CASES: dict[str, Any] = {
     "5/predict-model-ir-version-99": (["predict", "{case}/b", "hi"], 2, "IR version: 99", crafted_model(lambda m, c: setattr(m, "ir_version", 99))),
     "5/predict-model-no-outputs": (["predict", "{case}/b", "hi"], 2, "has no outputs", crafted_model(lambda m, c: m.graph.ClearField("output"))),
     "5/predict-model-2-scores-for-3-labels": (["predict", "{case}/b", "hi"], 2, "not ['batch', 3]", crafted_model(lambda m, c: None, labels=3)),
+    "5/predict-student-json-max-length-1e9": (["predict", "{case}/b", "hi"], 2, "max_length: Input should be less than or equal to 8192", crafted_model(lambda m, c: None, max_length=10**9)),
     "5/predict-model-width-unstated": (["predict", "{case}/b", "hi there you"], 2, "returned scores of shape [1, 3], not [1, 2]", crafted_model(scores_as_wide_as_the_text)),
     # 7. Silent acceptance: each refused in one line.
     "7/distill-config-dup-key": ([*DISTILL, "--out", OUT, "--config", X + "/dup.yaml"], 2, "key 'epochs' appears twice"),
