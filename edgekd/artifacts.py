@@ -95,8 +95,9 @@ PlainName = Annotated[str, AfterValidator(_plain_name)]
 
 
 def _within(low: float, high: float) -> AfterValidator:
-    """A measured value a gate reads, refused on reading outside [low, high]: a crafted
-    or broken file's -1 ms p90 or 1.5 accuracy passed a budget before. Not a finite
+    """A measured value a gate reads, refused outside [low, high] on reading a file and
+    on building one (from a device's profiling agent): a crafted or broken file's -1 ms
+    p90 or 1.5 accuracy passed a budget before. Not a finite
     number (NaN, an infinity) stays readable and reads as not measured
     (`edgekd.budget.measured`), which fails the limit: both close the gate."""
 

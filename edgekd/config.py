@@ -1251,13 +1251,16 @@ def _construct_number(loader: _Loader, node: Any) -> float | int:
     return int(value) if whole else value
 
 
-_Loader.add_constructor("tag:yaml.org,2002:float", _construct_number)
+# A tag of edgekd's own for the implicit resolver below: an explicit `!!float 3` keeps
+# YAML's float constructor and stays a float.
+NUMBER_TAG = "tag:edgekd,2026:number"
+_Loader.add_constructor(NUMBER_TAG, _construct_number)
 _Loader.yaml_implicit_resolvers = {
     k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:float"]
     for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
+    NUMBER_TAG,
     re.compile(
         r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
         |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)

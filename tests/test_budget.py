@@ -1,4 +1,6 @@
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -321,3 +323,24 @@ def test_check_gates_on_set_fields_alone_when_given_no_budget_file(tmp_path):
     result = check(None, [tmp_path], device="raspberry-pi-4")
     assert {r.limit for r in result.limits} >= {"max_p90_ms"} and not result.passed
     assert all(r.status == "missing" for r in result.limits)
+
+
+def test_a_set_field_wins_over_the_device_specs_own_limit():
+    from edgekd.stages.check import check
+
+    # raspberry-pi-4's spec sets max_p90_ms 20; `-s max_p90_ms=5 --device` gates at 5.
+    with tempfile.TemporaryDirectory() as folder:
+        result = check(None, [Path(folder)], device="raspberry-pi-4", sets={"max_p90_ms": 5})
+    assert {r.limit: r.threshold for r in result.limits}["max_p90_ms"] == 5
+
+
+@pytest.mark.parametrize(("limit", "code"), [("2e6", 0), ("1e6", 1), ("2.5", 2)])
+def test_check_cli_gates_on_a_set_limit_in_e_notation(tmp_path, limit, code):
+    from typer.testing import CliRunner
+
+    from edgekd.cli import app
+
+    int8 = {"path": "model.int8.onnx", "bytes": 1_500_000, "accuracy": 0.8}
+    (tmp_path / "export.json").write_text(json.dumps({"models": {"int8": int8}}))
+    r = CliRunner().invoke(app, ["check", str(tmp_path), "-s", f"max_bytes={limit}"])
+    assert r.exit_code == code, r.output

@@ -56,6 +56,13 @@ def test_parse_yaml_reads_whole_e_notation_without_a_point_as_an_int(text, value
     assert got == value and type(got) is type(value)
 
 
+def test_a_float_field_given_e_notation_stays_a_float_and_float_tags_hold():
+    sets = parse_sets(["lr=1e3"])
+    cfg = DistillConfig.model_validate(apply_sets({"teacher": "t", "data": {"spec": "d"}}, sets))
+    assert cfg.lr == 1000.0 and type(cfg.lr) is float
+    assert type(parse_yaml("!!float 3")) is float and type(parse_yaml("!!float 1e3")) is float
+
+
 def test_an_int_field_takes_a_count_in_e_notation():
     sets = parse_sets(["data.max_train=1e4"])
     cfg = DistillConfig.model_validate(apply_sets({"teacher": "t", "data": {"spec": "d"}}, sets))

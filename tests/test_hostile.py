@@ -773,7 +773,7 @@ CASES: dict[str, Any] = {
     "5/predict-model-renamed-e2e": (["predict", X + "/model.e2e.onnx", "hi"], 2, "export --e2e"),
     "5/predict-text-renamed-onnx": (["predict", X + "/text.onnx", "hi"], 2, "not a valid model"),
     "3/predict-model-external-data-dotdot": (["predict", "{case}/b", "hi"], 2, "escapes model directory", crafted_model(external_data("../../victims/secret.txt"))),
-    "3/predict-model-external-data-absolute": (["predict", "{case}/b", "hi"], 2, "not a valid model", crafted_model(external_data("{v}/secret.txt"))),
+    "3/predict-model-external-data-absolute": (["predict", "{case}/b", "hi"], 2, "External data path", crafted_model(external_data("{v}/secret.txt"))),
     "5/predict-model-ir-version-99": (["predict", "{case}/b", "hi"], 2, "IR version: 99", crafted_model(lambda m, c: setattr(m, "ir_version", 99))),
     "5/predict-model-no-outputs": (["predict", "{case}/b", "hi"], 2, "has no outputs", crafted_model(lambda m, c: m.graph.ClearField("output"))),
     "5/predict-model-2-scores-for-3-labels": (["predict", "{case}/b", "hi"], 2, "not ['batch', 3]", crafted_model(lambda m, c: None, labels=3)),

@@ -32,7 +32,7 @@ def check(
         None,
         "--budget",
         help="Budget YAML (examples/budget.yaml).",
-        show_default="none: --baseline's default margins",
+        show_default="none: -s fields, --device's spec limits, or --baseline's margins",
     ),
     baseline: Path | None = typer.Option(
         None,

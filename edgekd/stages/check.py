@@ -52,7 +52,8 @@ def check(
     With `baseline` (a previous export folder, bundle or profile), this run's model is
     also compared with the baseline's (`edgekd.stages.baseline`): latency timed side
     by side under `timing` (its device, runs, trials, processes, length), bytes, and
-    accuracy and agreement row by row; `budget` may then be None (default margins)."""
+    accuracy and agreement row by row. `budget` None: the limits are `sets` alone, the
+    device spec's own (`device`), or a baseline's default margins."""
     for flag, given in (("--baseline", baseline), ("--budget", budget)):
         if isinstance(given, str | Path) and not Path(given).exists():  # before any work
             raise EdgeKDError(f"{flag} {given} does not exist; check the path")
@@ -71,6 +72,12 @@ def check(
         path, budget = str(budget), load_budget(budget, sets)
     dirs = [Path(a) for a in artifacts]
     unresolved = budget_for(budget, device, threads, defaults)
+    top = {k: v for k, v in (sets or {}).items() if not k.startswith("devices.")}
+    if device is not None and top:
+        # `-s` has the last word, over the device's entry or its spec's own limits too
+        # (-s max_p90_ms=5 --device raspberry-pi-4 gates at 5 ms, not the spec's 20).
+        fields = apply_sets(unresolved.model_dump(exclude={"devices"}), top)
+        unresolved = validate(Budget, fields, "--set")
     # With `model: shipped` each side's own shipped model is compared: a run whose int8
     # guard kept fp32 is judged against the int8 the baseline shipped.
     wanted = unresolved.model

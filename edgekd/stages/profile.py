@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekd.artifacts import ProfileResult, ProfileSweep
-from edgekd.config import ProfileConfig
+from edgekd.config import ProfileConfig, validate
 from edgekd.devices import profile as device
 from edgekd.devices.agent import NOISY_SPREAD
 from edgekd.errors import printable
@@ -42,8 +42,11 @@ def profile(
                     "threshold on real rows (synthetic ids only time its default)",
                     file=sys.stderr,
                 )
+        # What the agent returns is checked like a file: a device (an ssh board, a phone)
+        # can send a -1 ms p90, which must be one line naming it, not an internal error.
         runs = [
-            ProfileResult.model_validate(
+            validate(
+                ProfileResult,
                 device.profile_model(
                     model,
                     name,
@@ -57,7 +60,8 @@ def profile(
                     cfg.hosts.get(name),
                     cfg.processes,
                     exits,
-                )
+                ),
+                f"the profile of {model.name} on {name}",
             )
             for n in cfg.seq_lens
         ]

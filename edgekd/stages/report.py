@@ -33,6 +33,7 @@ from edgekd.artifacts import (
     RunManifest,
     read_profile,
 )
+from edgekd.budget import measured
 from edgekd.errors import EdgeKDError
 from edgekd.io import atomic_dir, check_not_input, check_output
 
@@ -51,11 +52,11 @@ class Point:
 
 
 def positive(value: Any) -> float | None:
-    """`value` when it can sit on a log axis or under a ratio (a finite number above 0),
-    else None: a profile with p50 0, NaN or none, or a 0-byte model file, is shown as
-    not measured ("—") and left off the plot, where it crashed the page before."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    return float(value) if ok and math.isfinite(value) and value > 0 else None
+    """`value` when it can sit on a log axis or under a ratio (`measured` and above 0),
+    else None: a p50 of 0, NaN or none, or a 0-byte model file, gets no ratio and no
+    point on the plot (each crashed the page before)."""
+    value = measured(value)
+    return value if value is not None and value > 0 else None
 
 
 def ratio(base: Any, value: Any) -> str:
@@ -67,10 +68,12 @@ def ratio(base: Any, value: Any) -> str:
 def front_marks(rows: list[tuple[Point, dict[str, Any]]]) -> list[bool]:
     """Each row on the Pareto front (`pareto_front`), counting only measured rows: one
     without accuracy, latency or size is never on it."""
-    measured = [(p.accuracy, positive(prof.get("p50_ms")), positive(p.bytes)) for p, prof in rows]
-    known = [(a, t, b) for a, t, b in measured if a is not None and t and b]
+    values = [
+        (measured(p.accuracy), positive(prof.get("p50_ms")), positive(p.bytes)) for p, prof in rows
+    ]
+    known = [(a, t, b) for a, t, b in values if a is not None and t and b]
     marks = iter(pareto_front(known))  # type: ignore[arg-type]  # None filtered above
-    return [next(marks) if a is not None and t and b else False for a, t, b in measured]
+    return [next(marks) if a is not None and t and b else False for a, t, b in values]
 
 
 def variant_name(export_dir: Path, run_dir: Path) -> str:
@@ -164,7 +167,7 @@ def plot_device(rows: list[tuple[Point, dict[str, Any]]], device: str, out: Path
     scored = [
         (p, prof)
         for p, prof in rows
-        if p.accuracy is not None and positive(prof.get("p50_ms")) and positive(p.bytes)
+        if measured(p.accuracy) is not None and positive(prof.get("p50_ms")) and positive(p.bytes)
     ]
     if not scored:
         return None
@@ -215,6 +218,8 @@ def table_html(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def fmt(value: Any, spec: str) -> str:
+    """A number for the table; "—" for what is not one (None, NaN, a crafted string)."""
+    value = measured(value)
     return "—" if value is None else format(value, spec)
 
 

@@ -116,7 +116,7 @@ def check_output(
 
 def check_scores(scores: np.ndarray, rows: int, labels: int, path: Path, fix: str) -> None:
     """Refuse a batch's scores of another shape than [rows, labels] (a crafted graph whose
-    output width `open_session` could not read): numpy would raise a bare ValueError."""
+    output width `check_output` could not read): numpy would raise a bare ValueError."""
     if scores.shape != (rows, labels):
         raise EdgeKDError(
             f"{path} returned scores of shape {list(scores.shape)}, not [{rows}, {labels}] "

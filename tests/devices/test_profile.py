@@ -67,3 +67,21 @@ def test_tokenizer_info_refuses_a_crafted_file_beside_the_model_in_one_line(
     with pytest.raises(EdgeKDError, match=says) as e:
         tokenizer_info(tmp_path / "model.onnx")
     assert "\n" not in str(e.value)
+
+
+def test_profile_stage_refuses_a_devices_impossible_result_in_one_line(tmp_path, monkeypatch):
+    """An agent's result is checked like a file: a board or a phone that sends a -1 ms
+    p90 (crafted, or a broken clock) is one line naming the model and the field, never
+    an internal error and never a profile.json a budget would pass."""
+    import edgekd.stages.profile as stage
+    from edgekd.config import ProfileConfig
+
+    model = identity_model(tmp_path / "id.onnx")
+
+    def lying_agent(model, device, *args, **kwargs):
+        return {"model": str(model), "device": device, "threads": 1, "p50_ms": 1.0, "p90_ms": -1.0}
+
+    monkeypatch.setattr(stage.device, "profile_model", lying_agent)
+    with pytest.raises(EdgeKDError, match=r"the profile of id.onnx on local-cpu: field 'p90_ms'"):
+        stage.profile(ProfileConfig(), [model], tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -116,6 +116,24 @@ def test_report_shows_an_unmeasured_latency_as_a_dash_when_p50_is(run_dir, p50):
     assert (page.parent / "pareto-local-cpu.png").stat().st_size > 10_000
 
 
+def test_report_gives_no_star_to_a_nan_accuracy_and_a_dash_to_a_string_cell(run_dir):
+    export = run_dir / "student" / "export" / "export.json"
+    data = json.loads(export.read_text())
+    data["models"]["int8"]["accuracy"] = float("nan")  # NaN reads as not measured
+    export.write_text(json.dumps(data))
+    prof = run_dir / "profiles" / "profile-2.json"
+    prof.write_text(json.dumps({**json.loads(prof.read_text()), "iqr_ms": "fast"}))
+    page = write_report(run_dir)
+    rows = {
+        cells[0]: cells
+        for cells in (re.findall(r"<td>(.*?)</td>", r) for r in page.read_text().split("<tr>"))
+        if len(cells) == 11
+    }
+    assert rows["student int8"][1] == "—" and rows["student int8"][5] == "—"
+    assert rows["student int8"][10] == ""  # it would be undominated: NaN compares false
+    assert rows["student fp32"][10] == "★"
+
+
 def test_report_on_an_empty_folder_names_the_fix(tmp_path):
     with pytest.raises(EdgeKDError, match=r"holds no export\.json or profile"):
         write_report(tmp_path)
