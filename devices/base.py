@@ -12,11 +12,11 @@ import json
 import os
 import subprocess
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, Field, model_validator
 
-from edgekd.config import PLAIN_NAME, StrictModel, load_yaml, validate
+from edgekd.config import MAX_THREADS, PLAIN_NAME, StrictModel, load_yaml, validate
 from edgekd.errors import EdgeKDError
 from edgekd.registry import DEVICES, Component, NoOptions
 
@@ -36,8 +36,13 @@ class DeviceSpec(StrictModel):
     name: str = Field(..., pattern=PLAIN_NAME)
     description: str = ""
     runner: str = Field("local", description="Registered runner that carries the agent.")
-    threads: int = Field(1, ge=1, description="Intra-op threads unless --threads overrides.")
-    cpu_affinity: list[int] | None = Field(None, description="Cores to pin the agent to.")
+    # Bounded as --threads is: a spec's 100,000 hung the agent creating threads.
+    threads: int = Field(
+        1, ge=1, le=MAX_THREADS, description="Intra-op threads unless --threads overrides."
+    )
+    cpu_affinity: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None, description="Cores to pin the agent to (numbers from 0)."
+    )
     provider: str = Field(
         "CPUExecutionProvider", description="onnxruntime execution provider on the target."
     )

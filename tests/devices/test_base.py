@@ -37,6 +37,8 @@ def test_a_runner_validates_its_own_spec_fields():
     ("text", "match"),
     [
         ("name: x\nthreads: 0\n", "field 'threads': Input should be greater than or equal to 1"),
+        ("name: x\nthreads: 100000\n", "field 'threads': Input should be less than or equal"),
+        ("name: x\ncpu_affinity: [0, -1]\n", "field 'cpu_affinity.1': Input should be greater"),
         ("name: x\nbudget: {max_p90_ms: -1}\n", "budget: field 'max_p90_ms'"),
         ("name: x\nbudget: {max_latency: 3}\n", "'max_latency': no such field; valid: model"),
         ("name: x\ncolour: red\n", "has no field 'colour'; its own fields: none"),
