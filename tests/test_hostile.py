@@ -472,6 +472,7 @@ def copy_of(source: str, name: str) -> Callable[..., Callable[[Case], None]]:
 
 
 export_copy = copy_of("export", "exp")
+student_copy = copy_of("student", "s")
 bundle_copy = copy_of("bundle", "b")
 
 
@@ -595,6 +596,11 @@ def profile_folder(**values: Any) -> Callable[[Case], None]:
         (case.dir / "prof" / "profile.json").write_text(json.dumps(data))
 
     return prep
+
+
+def piece_past_the_table(case: Case, folder: Path) -> None:
+    """The student's tokenizer.json gains a piece of id 10**6: past its embedding rows."""
+    edit_json(folder / "tokenizer.json", lambda t: t["model"]["vocab"].update(good=10**6))
 
 
 def as_link(case: Case) -> None:
@@ -778,6 +784,7 @@ CASES: dict[str, Any] = {
     "5/predict-model-no-outputs": (["predict", "{case}/b", "hi"], 2, "has no outputs", crafted_model(lambda m, c: m.graph.ClearField("output"))),
     "5/predict-model-2-scores-for-3-labels": (["predict", "{case}/b", "hi"], 2, "not ['batch', 3]", crafted_model(lambda m, c: None, labels=3)),
     "5/predict-student-json-max-length-1e9": (["predict", "{case}/b", "hi"], 2, "max_length: Input should be less than or equal to 8192", crafted_model(lambda m, c: None, max_length=10**9)),
+    "5/eval-student-piece-past-embedding-rows": (["eval", "{case}/s", "--data", D], 2, "has a piece of id 1,000,000, past the model's", student_copy(piece_past_the_table)),
     "5/predict-model-width-unstated": (["predict", "{case}/b", "hi there you"], 2, "returned scores of shape [1, 3], not [1, 2]", crafted_model(scores_as_wide_as_the_text)),
     # 7. Silent acceptance: each refused in one line.
     "7/distill-config-dup-key": ([*DISTILL, "--out", OUT, "--config", X + "/dup.yaml"], 2, "key 'epochs' appears twice"),

@@ -180,7 +180,7 @@ def load_student(folder: str | Path) -> tuple[Student, StudentTokenizer, list[st
     except (RuntimeError, OSError, SafetensorError) as e:  # not what student.json describes
         raise refuse(str(e).splitlines()[0][:120]) from None
     model.eval()
-    tok = StudentTokenizer.load(folder, meta.max_length, meta.add_special_tokens)
+    tok = StudentTokenizer.load(folder, meta.max_length, meta.add_special_tokens, meta.vocab_size)
     return model, tok, list(meta.id2label)
 
 

@@ -153,7 +153,7 @@ class OnnxPredictor:
             meta = StudentMeta.read(file_inside(folder, STUDENT_FILE, fix))
             self.label_names = list(meta.id2label)
             self.tokenizer = StudentTokenizer(
-                read_tokenizer(file_inside(folder, TOKENIZER, fix), fix),
+                read_tokenizer(file_inside(folder, TOKENIZER, fix), fix, meta.vocab_size),
                 meta.max_length,
                 meta.add_special_tokens,
             )

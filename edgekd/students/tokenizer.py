@@ -192,9 +192,16 @@ class StudentTokenizer:
         self.tokenizer.save(str(folder / "tokenizer.json"), pretty=False)
 
     @classmethod
-    def load(cls, folder: Path, max_length: int, add_special_tokens: bool = False):
+    def load(
+        cls,
+        folder: Path,
+        max_length: int,
+        add_special_tokens: bool = False,
+        rows: int | None = None,
+    ):
+        """The folder's tokenizer.json; `rows`: the model's embedding rows (`read_tokenizer`)."""
         fix = "re-create the folder with `edgekd distill`"
-        tokenizer = read_tokenizer(folder / "tokenizer.json", fix)
+        tokenizer = read_tokenizer(folder / "tokenizer.json", fix, rows)
         return cls(tokenizer, max_length, add_special_tokens)
 
 
@@ -216,18 +223,28 @@ def hf_tokenizer(name_or_path: str, what: str) -> Any:
         ) from e
 
 
-def read_tokenizer(path: Path, fix: str) -> Any:
+def read_tokenizer(path: Path, fix: str, rows: int | None = None) -> Any:
     """A `tokenizers` tokenizer from the tokenizer.json at `path`, a regular file of at
     most MAX_JSON_BYTES (a 250k-piece multilingual one is ~17 MB); one that the library
-    cannot read is refused in one line naming `fix` (it raises a bare Exception)."""
+    cannot read is refused in one line naming `fix` (it raises a bare Exception).
+    `rows`: the model's embedding rows; a piece whose id is not under it is refused
+    here, where a crafted id of 10**6 failed inside the model (an internal error) on
+    the first text that held the piece."""
     text = read_regular(path, "tokenizer", fix, MAX_JSON_BYTES).decode("utf-8", "replace")
     try:
-        return Tokenizer.from_str(text)
+        tokenizer = Tokenizer.from_str(text)
     except Exception as e:
         why = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
         raise EdgeKDError(
             f"{path} is not a tokenizer file the tokenizers library reads ({why}); {fix}"
         ) from None
+    if rows is not None:
+        top = max(tokenizer.get_vocab(with_added_tokens=True).values(), default=-1)
+        if top >= rows:
+            raise EdgeKDError(
+                f"{path} has a piece of id {top:,}, past the model's {rows:,} embedding rows; {fix}"
+            )
+    return tokenizer
 
 
 def word_pipeline(lowercase: bool) -> tuple[Any, Any]:
