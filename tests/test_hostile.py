@@ -785,6 +785,8 @@ CASES: dict[str, Any] = {
     "5/predict-model-2-scores-for-3-labels": (["predict", "{case}/b", "hi"], 2, "not ['batch', 3]", crafted_model(lambda m, c: None, labels=3)),
     "5/predict-student-json-max-length-1e9": (["predict", "{case}/b", "hi"], 2, "max_length: Input should be less than or equal to 8192", crafted_model(lambda m, c: None, max_length=10**9)),
     "5/eval-student-piece-past-embedding-rows": (["eval", "{case}/s", "--data", D], 2, "has a piece of id 1,000,000, past the model's", student_copy(piece_past_the_table)),
+    "5/predict-export-model-not-one-file": (["predict", E + "/model.onnx", "hi"], 2, "is a model of an export folder, not a one-file model: bundle the folder"),
+    "5/predict-bundle-model-not-one-file": (["predict", B + "/model.onnx", "hi"], 2, "is the model inside a bundle: pass the bundle folder"),
     "5/predict-model-width-unstated": (["predict", "{case}/b", "hi there you"], 2, "returned scores of shape [1, 3], not [1, 2]", crafted_model(scores_as_wide_as_the_text)),
     # 7. Silent acceptance: each refused in one line.
     "7/distill-config-dup-key": ([*DISTILL, "--out", OUT, "--config", X + "/dup.yaml"], 2, "key 'epochs' appears twice"),
