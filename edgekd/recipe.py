@@ -69,6 +69,10 @@ from edgekd.registry import Component
 from edgekd.resolve import layered
 
 SAFE_NAME = re.compile(PLAIN_NAME)
+# Folders and files a run writes beside its variants' folders: a variant of one of these
+# names would write into the teacher's or the report's folder (and a rerun of that stage
+# would replace the variant's student with it).
+RUN_NAMES = ("teacher", "teacher-onnx", "teacher-profile", "plan", "report", RunManifest.FILE)
 
 
 class TeacherStage(StrictModel):
@@ -158,6 +162,11 @@ class Recipe(StrictModel):
                 raise ValueError(
                     f"variant name {name!r} must be a plain folder name (letters, digits, "
                     "'_', '-', '.'; no '/'); rename it"
+                )
+            if name.lower() in RUN_NAMES:  # lower: one folder on a case-blind disk
+                raise ValueError(
+                    f"variant name {name!r} is a folder the run writes itself "
+                    f"({', '.join(RUN_NAMES)}); rename it"
                 )
         return value
 

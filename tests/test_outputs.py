@@ -224,3 +224,16 @@ def test_overwrite_deletes_nothing_outside_out_when_its_marker_lists_other_files
     assert (victims / "W13.txt").read_text() == "victim"
     assert {p: p.read_bytes() for p in before} == before
     assert (out / "trim.json").is_file()
+
+
+@pytest.mark.parametrize("name", ["teacher", "Report", "teacher-onnx", "manifest.json"])
+def test_recipe_variant_names_cannot_be_a_folder_the_run_writes(
+    tmp_path, tiny_teacher, tiny_data, name
+):
+    from tests.test_recipe import write_recipe
+
+    recipe = write_recipe(tmp_path, tiny_teacher, tiny_data, {"max_bytes": 10**9})
+    recipe.write_text(recipe.read_text().replace("  small: {}", f"  {json.dumps(name)}: {{}}"))
+    r = runner.invoke(app, ["run", str(recipe)])
+    assert r.exit_code == 2 and "is a folder the run writes itself" in r.output, r.output
+    assert not (tmp_path / "run").exists()
