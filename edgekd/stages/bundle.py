@@ -760,20 +760,23 @@ class OneFile:
         if not path.is_file():  # missing, or a FIFO or device: never opened
             what = "is not a regular file" if path.exists() else "does not exist"
             raise EdgeKDError(f"{path} {what}; pass a bundle or a model.e2e.onnx")
-        if path.name != E2E_MODEL and (path.parent / MANIFEST).is_file():
-            raise EdgeKDError(
-                f"{path} is the model inside a bundle: pass the bundle folder "
-                f"(`edgekd predict {path.parent} ...`), which checks every file it loads"
-            )
-        if path.name != E2E_MODEL and (path.parent / StudentMeta.FILE).is_file():
-            # An export's model.onnx: its tokenizer is a file beside it, unverified, where
-            # a bundle checks every file it loads; say so rather than "no labels".
-            raise EdgeKDError(
-                f"{path} is a model of an export folder, not a one-file model: bundle the "
-                f"folder (`edgekd bundle {path.parent} --out BUNDLE`) and predict with "
-                f"BUNDLE, or score it with `edgekd eval {path} --data DATA`"
-            )
-        self.predictor = E2EPredictor(path, threads=threads)
+        try:
+            self.predictor = E2EPredictor(path, threads=threads)
+        except EdgeKDError:
+            # Not a one-file model: a bundle's or an export's model.onnx, whose tokenizer
+            # is a file beside it? Say what to pass instead of "make it with --e2e".
+            if (path.parent / MANIFEST).is_file():
+                raise EdgeKDError(
+                    f"{path} is the model inside a bundle: pass the bundle folder "
+                    f"(`edgekd predict {path.parent} ...`), which checks every file it loads"
+                ) from None
+            if (path.parent / StudentMeta.FILE).is_file():
+                raise EdgeKDError(
+                    f"{path} is a model of an export folder, not a one-file model: bundle "
+                    f"the folder (`edgekd bundle {path.parent} --out BUNDLE`) and predict "
+                    f"with BUNDLE, or score it with `edgekd eval {path} --data DATA`"
+                ) from None
+            raise
 
     def predict(self, texts: list[Any]) -> list[dict[str, Any]]:
         return label_rows(self.predictor.label_names, self.predictor.probabilities(texts))
