@@ -216,7 +216,7 @@ CASES: dict[str, tuple[list[str], int, str]] = {
     "predict/no-files": (["predict", X + "/bundle-no-manifest", "hello"], 2, "lists no files"),
     "predict/no-text": (["predict", B], 2, "no texts given"),
     "predict/e2e-missing": (["predict", "{w}/nope.onnx", "hi"], 2, "does not exist"),
-    "predict/not-e2e": (["predict", E + "/model.onnx", "hi"], 2, "export --e2e"),
+    "predict/not-e2e": (["predict", E + "/model.onnx", "hi"], 2, "is a model of an export folder, not a one-file model"),
     "bundle/e2e-none": (["bundle", E, "--out", OUT, "--model", "e2e"], 2, "export with --e2e"),
     "predict/file-missing": (["predict", B, "--file", "{w}/nope.txt"], 2, "does not exist"),
     "predict/file-folder": (["predict", B, "--file", X], 2, "is a folder"),
