@@ -130,7 +130,12 @@ def main() -> None:
     data = DataConfig(spec=str(args.shared / "data" / "sst2"))
     task = load_task(data)
     students = {
-        "BiLSTM (word)": ensure_student(args.bilstm, {}, args.shared, None),
+        "BiLSTM (word)": ensure_student(
+            args.bilstm,
+            {"student": {"name": "bilstm", "options": {"vocab": "word"}}},
+            args.shared,
+            None,
+        ),
         "BERT-3": ensure_student(
             args.bert,
             {"student": {"name": "bert", "options": {"layers": 3}}, "epochs": 3, "batch_size": 32},
