@@ -12,8 +12,8 @@ and, as the peer baseline, quantizes it with optimum's ORTQuantizer (avx512_vnni
 dynamic, per-channel). Then times every model at batch 1, 1 thread, in interleaved
 rounds (each round runs every model once, in a fresh process), and reports the
 median over rounds of each round's median, next to an onnxruntime floor: an identity
-graph fed the same input. About 20 minutes on 2 cores
-for `default` alone, 35 with `word`.
+graph fed the same input. About 15 minutes on 2 cores for `default` alone, 30 with
+`word`.
 
 Writes benchmarks/results/chain_sst2.json and chain_sst2.md.
 EDGEKD_BENCH_SMOKE=1: a wiring check on the smallest work (benchmarks/smoke.py).
@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import smoke  # benchmarks/ is on the path of its own scripts
+import tasks
 
 REPO = Path(__file__).resolve().parents[1]
 # The students, as distill fields over the defaults. `default`: `edgekd distill
@@ -216,6 +217,7 @@ def main() -> None:
             for k, v in vars(args).items()
             if k in ("students", "rounds", "runs") and v is not None
         ),
+        "revision": tasks.revision(),
         "machine": {"cpu": t["cpu"], "python": platform.python_version(), "cores_used": 1},
         "seq_len": seq_len,
         "teacher_pytorch_accuracy": students[next(iter(students))]["metrics"]["teacher_accuracy"],
@@ -249,7 +251,8 @@ def markdown(r: dict[str, Any]) -> str:
     lines = [
         "# Chain benchmark: SST-2, reference MiniLM teacher → BiLSTM → int8 ONNX",
         "",
-        f"Command: `{r['command']}`. CPU: {r['machine']['cpu']}, 1 thread, batch 1, "
+        f"Command: `{r['command']}`. Revision {r['revision']}; CPU: {r['machine']['cpu']}, "
+        "1 thread, batch 1, "
         f"synthetic input of {r['seq_len']} tokens (median SST-2 dev length in teacher "
         "tokens); e2e = tokenize + infer each of the 872 dev sentences; peak RSS is the "
         "profiling process's own (onnxruntime + numpy + model). Latencies are the "
