@@ -7,9 +7,10 @@ preset, small-embedding BiLSTMs, and optimum's ORTQuantizer on the same BERT stu
 Students: the SST-2 BiLSTM (word vocabulary, full training set; default
 runs/bench-chain/student-word, distilled if missing) and a 3-layer BERT student
 (default: runs/bench-methods/bert3_KD-s0 from methods_sst2.py, distilled if
-missing). With --size-variants it also distils a BiLSTM with 64-d embeddings
-and one with a rank-32 factorised table, and trims the word student's
-vocabulary to words seen twice; each is reported against the untrimmed student.
+missing). With --size-variants it also distils, on the same word vocabulary, a
+BiLSTM with Tang et al.'s 300-d table (the default is 64-d) and one with a rank-32
+factorised table, and trims the word student's vocabulary to words seen twice; each
+is reported against the untrimmed student.
 
 Every model of one student is timed in the same process, alternating, at batch 1
 on an input of the median dev length, with 1 and 2 threads; the table shows the
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import smoke  # benchmarks/ is on the path of its own scripts
+import tasks
 
 REPO = Path(__file__).resolve().parents[1]
 WORK = smoke.runs_dir(REPO / "runs" / "bench-export")
@@ -123,6 +125,7 @@ def main() -> None:
 
     from edgekd.config import DataConfig
     from edgekd.data import align_labels, load_task
+    from edgekd.devices.agent import cpu_model
     from edgekd.students.predict import OnnxPredictor, score
     from edgekd.students.trim import trim_student
 
@@ -174,13 +177,14 @@ def main() -> None:
     if args.size_variants:
         base = students["BiLSTM (word)"]
         small = {
-            # The default is 64-d: the comparison is Tang et al.'s plain 300-d table.
+            # The default is 64-d: the comparison is Tang et al.'s plain 300-d table. Each
+            # variant reads the base's word vocabulary, so the table is the one difference.
             "embedding_dim 300": ensure_student(
                 WORK / "bilstm-dim300",
                 {
                     "student": {
                         "name": "bilstm",
-                        "options": {"embedding_dim": 300, "embedding_rank": None},
+                        "options": {"vocab": "word", "embedding_dim": 300, "embedding_rank": None},
                     }
                 },
                 args.shared,
@@ -188,7 +192,7 @@ def main() -> None:
             ),
             "rank-32 factorised": ensure_student(
                 WORK / "bilstm-rank32",
-                {"student": {"name": "bilstm", "options": {"embedding_rank": 32}}},
+                {"student": {"name": "bilstm", "options": {"vocab": "word", "embedding_rank": 32}}},
                 args.shared,
                 None,
             ),
@@ -219,7 +223,8 @@ def main() -> None:
     meta = {
         "command": "python benchmarks/export_sst2.py"
         + (" --size-variants" if args.size_variants else ""),
-        "cpu": platform.processor() or platform.machine(),
+        "revision": tasks.revision(),
+        "cpu": f"{platform.machine()}, {cpu_model()}",
         "smoke": smoke.SMOKE,
         "minutes": (time.perf_counter() - start) / 60,
     }
@@ -246,7 +251,13 @@ def variants_dynamic(student: Path, out: Path, data: Any) -> dict[str, Any]:
 
 
 def markdown(payload: dict[str, Any]) -> str:
-    lines = [f"# Export variants on SST-2 ({payload['meta']['cpu']})", ""]
+    meta = payload["meta"]
+    lines = [
+        f"# Export variants on SST-2 ({meta['cpu']})",
+        "",
+        f"`{meta['command']}` at {meta.get('revision', 'an unrecorded revision')}.",
+        "",
+    ]
     for label, r in payload["students"].items():
         fp = r["models"]["fp32"]
         lines += [

@@ -28,7 +28,8 @@ class BiLSTMConfig(TableConfig):
         # 270k → 128k, and training ran 2.3× faster (2 cores, batch 50). A rank-64 table
         # projected to 300 would feed the LSTM a linear map of rank ≤ 64 anyway: the
         # same functions, at twice the cost. On SST-2 the 64-d student matched the 300-d
-        # one (benchmarks/results/export_sst2.md: 0.8670 vs 0.8578 in int8).
+        # one (benchmarks/results/export_sst2.md: 0.8612 vs 0.8589 in int8, word vocabulary,
+        # one seed each).
         64,
         ge=2,
         le=MAX_WIDTH,
