@@ -93,6 +93,12 @@ def optimum_int8(student: Path, out: Path) -> Path:
     return out / "int8" / "model_quantized.onnx"
 
 
+def word_bilstm(**options: Any) -> dict[str, Any]:
+    """Distil fields of a BiLSTM on the word vocabulary with `options`: every BiLSTM here
+    reads it, so a size variant differs from the base in its table alone."""
+    return {"student": {"name": "bilstm", "options": {"vocab": "word", **options}}}
+
+
 def ensure_student(path: Path, fields: dict[str, Any], shared: Path, rows: int | None) -> Path:
     from edgekd.config import DataConfig, DistillConfig
     from edgekd.stages.distill import distill as run_distill
@@ -135,7 +141,7 @@ def main() -> None:
     students = {
         "BiLSTM (word)": ensure_student(
             args.bilstm,
-            {"student": {"name": "bilstm", "options": {"vocab": "word"}}},
+            word_bilstm(),
             args.shared,
             None,
         ),
@@ -177,22 +183,16 @@ def main() -> None:
     if args.size_variants:
         base = students["BiLSTM (word)"]
         small = {
-            # The default is 64-d: the comparison is Tang et al.'s plain 300-d table. Each
-            # variant reads the base's word vocabulary, so the table is the one difference.
+            # The default is 64-d: the comparison is Tang et al.'s plain 300-d table.
             "embedding_dim 300": ensure_student(
                 WORK / "bilstm-dim300",
-                {
-                    "student": {
-                        "name": "bilstm",
-                        "options": {"vocab": "word", "embedding_dim": 300, "embedding_rank": None},
-                    }
-                },
+                word_bilstm(embedding_dim=300, embedding_rank=None),
                 args.shared,
                 None,
             ),
             "rank-32 factorised": ensure_student(
                 WORK / "bilstm-rank32",
-                {"student": {"name": "bilstm", "options": {"vocab": "word", "embedding_rank": 32}}},
+                word_bilstm(embedding_rank=32),
                 args.shared,
                 None,
             ),
