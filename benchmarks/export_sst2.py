@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import smoke  # benchmarks/ is on the path of its own scripts
-import tasks
+from distill_default import cpu, revision  # the stamp every benchmark writes
 
 REPO = Path(__file__).resolve().parents[1]
 WORK = smoke.runs_dir(REPO / "runs" / "bench-export")
@@ -131,7 +131,6 @@ def main() -> None:
 
     from edgekd.config import DataConfig
     from edgekd.data import align_labels, load_task
-    from edgekd.devices.agent import cpu_model
     from edgekd.students.predict import OnnxPredictor, score
     from edgekd.students.trim import trim_student
 
@@ -223,8 +222,8 @@ def main() -> None:
     meta = {
         "command": "python benchmarks/export_sst2.py"
         + (" --size-variants" if args.size_variants else ""),
-        "revision": tasks.revision(),
-        "cpu": f"{platform.machine()}, {cpu_model()}",
+        "revision": revision(),
+        "cpu": f"{platform.machine()}, {cpu()}",
         "smoke": smoke.SMOKE,
         "minutes": (time.perf_counter() - start) / 60,
     }
