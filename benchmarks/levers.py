@@ -61,7 +61,7 @@ def one_run(task: str, arm: str, sets: list[str], seed: int, teacher: Path, data
     done = folder / "result.json"
     if done.is_file():  # an interrupted benchmark, or another lever's defaults arm
         kept = json.loads(done.read_text())
-        if kept.get("revision") == tasks.revision() and "+changes" not in kept["revision"]:
+        if kept.get("revision") == tasks.revision() and not kept["revision"].endswith("-dirty"):
             return kept
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)

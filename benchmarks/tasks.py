@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import smoke  # benchmarks/ is on the path of its own scripts
+from distill_default import revision  # the stamp every benchmark writes
 from long_rows import WRAPPER  # a command's peak RSS, read by a fresh wrapper process
 
 REPO = Path(__file__).resolve().parents[1]
@@ -220,15 +221,6 @@ def selection(metrics: dict[str, Any]) -> dict[str, Any]:
         "best_epoch": best + 1,
         "best_dev": dev[best],
     }
-
-
-def revision() -> str:
-    """The commit measured, with `+changes` when the tree differed from it."""
-    git = ["git", "-C", str(REPO)]
-    sha = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run([*git, "status", "--porcelain", "--", "edgekd", "exporters"],
-                           capture_output=True, text=True)  # fmt: skip
-    return sha.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
 def markdown(results: dict[str, Any], teacher_budget: float) -> str:

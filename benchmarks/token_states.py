@@ -29,25 +29,18 @@ import json
 import platform
 import random
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import smoke  # benchmarks/ is on the path of its own scripts
+from distill_default import revision  # the stamp every benchmark writes
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 TEACHER = SHARED / "models" / "sst2-minilm-teacher"
 DATA = SHARED / "data" / "sst2"
-
-
-def revision() -> str:
-    out = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
-    )
-    return out.stdout.strip() or "unknown"
 
 
 def main() -> None:
